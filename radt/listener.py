@@ -1,0 +1,122 @@
+"""What a listener is: the protocol every source of samples follows.
+
+A listener never talks to MLflow. It is handed a :class:`RunContext` on
+``start`` and pushes :class:`Sample` tuples through ``run.emit``; the
+recorder does the rest. Three shapes exist (DESIGN.md): *polled* listeners
+implement :meth:`PolledListener.poll` and are driven by the shared
+:class:`radt.sampler.Sampler`; *streamed* listeners own a tool process and
+emit as lines arrive; *wrapping* listeners change the command before it
+starts (:meth:`Listener.wrap`) and collect their report after it ends
+(:meth:`Listener.collect`).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, NamedTuple
+
+
+class Sample(NamedTuple):
+    """One measurement: wall-clock seconds since the epoch, metric key, value.
+
+    The key has no ``system/`` prefix: ``top/proc/cpu_pct``,
+    ``nvml/gpu0/power_w``. A value the source reports as N/A is never
+    emitted (missing, not zero).
+    """
+
+    timestamp: float
+    key: str
+    value: float
+
+
+Emit = Callable[[Iterable[Sample]], None]
+
+
+@dataclass
+class RunContext:
+    """Everything a listener may need to know about the run it observes."""
+
+    run_id: str
+    pid: int
+    """Process id of the run's root process (the training command)."""
+    workdir: Path
+    """A folder of the run's own where a listener may keep files."""
+    emit: Emit
+    """Hands samples to the recorder; thread-safe."""
+    interval_s: float | None = None
+    """Sampling interval asked for on the command line; None: the listener's default."""
+    devices: Sequence[str] = field(default_factory=tuple)
+    """GPU indices, GPU UUIDs or MIG UUIDs of the run; empty: all."""
+    warn: Callable[[str], None] = print
+    """Reports a problem to the user in one line."""
+    attach: Callable[[Path, str], None] | None = None
+    """Uploads a file as an artifact of the run, into the given artifact folder."""
+    options: dict[str, str] = field(default_factory=dict)
+    """Options from ``-o LISTENER.KEY=VALUE`` for this listener, as ``{KEY: VALUE}``."""
+
+
+class Listener(ABC):
+    """A source of samples. Subclasses set ``name`` and implement the verbs."""
+
+    name: ClassVar[str]
+    default_interval_s: ClassVar[float] = 0.5
+
+    def available(self) -> str | None:
+        """Return None when this listener can run here, else why not, in a few words."""
+        return None
+
+    @abstractmethod
+    def start(self, run: RunContext) -> None:
+        """Begin observing ``run``; samples go to ``run.emit``."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop observing and release every resource; safe to call twice."""
+
+    def wrap(self, argv: list[str], run: RunContext) -> list[str]:
+        """Return the command to run instead of ``argv`` (wrapping listeners)."""
+        return argv
+
+    def collect(self, run: RunContext) -> None:  # noqa: B027 - optional hook
+        """After the command ended: gather reports, emit or attach results."""
+
+    def interval(self, run: RunContext) -> float:
+        """The sampling interval in seconds for ``run``."""
+        return run.interval_s if run.interval_s else self.default_interval_s
+
+
+class PolledListener(Listener):
+    """A listener read at a fixed interval by the shared sampler."""
+
+    def __init__(self) -> None:
+        self.run: RunContext | None = None
+
+    def start(self, run: RunContext) -> None:
+        self.run = run
+        self.open(run)
+
+    def open(self, run: RunContext) -> None:  # noqa: B027 - optional hook
+        """Prepare handles before the first poll."""
+
+    def stop(self) -> None:
+        self.close()
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release handles after the last poll."""
+
+    @abstractmethod
+    def poll(self) -> list[Sample]:
+        """Return the samples of this instant."""
+
+
+def samples_from(timestamp: float, prefix: str, values: dict[str, float | None]) -> list[Sample]:
+    """Build samples ``prefix/quantity`` at one instant, leaving out missing values."""
+    return [
+        Sample(timestamp, f"{prefix}/{quantity}", float(value))
+        for quantity, value in values.items()
+        if value is not None and not (isinstance(value, float) and math.isnan(value))
+    ]

@@ -1,0 +1,7 @@
+"""``python -m radt`` is the ``radt`` command."""
+
+import sys
+
+from radt.cli import main
+
+sys.exit(main())

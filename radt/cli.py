@@ -1,0 +1,200 @@
+"""The ``radt`` command line: ``radt [options] COMMAND...``, ``radt sync``, ``radt listeners``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from radt.errors import RadtError, UsageError
+
+SUBCOMMANDS = ("sync", "listeners")
+
+
+def launcher_parser() -> argparse.ArgumentParser:
+    """Options of ``radt [options] COMMAND...``."""
+    parser = argparse.ArgumentParser(
+        prog="radt",
+        usage="radt [options] COMMAND [ARGS...]   (or: radt sync [FOLDER], radt listeners)",
+        description="Run a training command as an MLflow run, with hardware listeners. "
+        "A .py file runs with this Python; anything after -- runs as given.",
+    )
+    parser.add_argument("-e", "--experiment", help="experiment name or id (created if missing)")
+    parser.add_argument("-n", "--run-name", help="name of the MLflow run")
+    parser.add_argument(
+        "-t", "--tag", action="append", default=[], metavar="KEY=VALUE", help="repeatable"
+    )
+    parser.add_argument(
+        "-l",
+        "--listeners",
+        metavar="NAMES",
+        help="listeners joined by + (e.g. top+iostat), or none; default: every available one",
+    )
+    parser.add_argument(
+        "-o",
+        "--listener-option",
+        action="append",
+        default=[],
+        metavar="LISTENER.KEY=VALUE",
+        help="an option for one listener, e.g. top.per_core=1; repeatable",
+    )
+    parser.add_argument(
+        "--interval", type=float, metavar="SECONDS", help="sampling interval of every listener"
+    )
+    parser.add_argument(
+        "-d", "--devices", metavar="IDS", help="GPU indices or UUIDs, comma-separated"
+    )
+    parser.add_argument(
+        "--max-time", type=float, metavar="MINUTES", help="stop the command after this long"
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="wait this long after SIGTERM before SIGKILL (default 10)",
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="MLflow gets one mean point per metric per window (default 1); "
+        "every sample stays in radt/samples.parquet",
+    )
+    parser.add_argument("--tracking-uri", help="overrides MLFLOW_TRACKING_URI")
+    parser.add_argument("--version", action="store_true", help="print radT's version")
+    return parser
+
+
+def split_argv(argv: list[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
+    """Split ``argv`` into radT's options and the command (from ``--`` or the first operand)."""
+    takes_value = {
+        option
+        for action in parser._actions
+        if action.nargs != 0
+        for option in action.option_strings
+    }
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return argv[:i], argv[i + 1 :]
+        if not arg.startswith("-") or arg == "-":
+            return argv[:i], argv[i:]
+        if arg in takes_value:
+            i += 1
+        i += 1
+    return argv, []
+
+
+def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
+    """Parse ``KEY=VALUE`` strings; raise UsageError for a malformed one."""
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"malformed {what} {pair!r}: expected KEY=VALUE, e.g. team=vision")
+        parsed[key.strip()] = value
+    return parsed
+
+
+def parse_listener_options(pairs: list[str]) -> dict[str, dict[str, str]]:
+    """``top.per_core=1`` → ``{"top": {"per_core": "1"}}``."""
+    options: dict[str, dict[str, str]] = {}
+    for key, value in parse_pairs(pairs, "listener option").items():
+        listener, dot, name = key.partition(".")
+        if not dot or not name:
+            raise UsageError(
+                f"malformed listener option {key!r}: "
+                "expected LISTENER.KEY=VALUE, e.g. top.per_core=1"
+            )
+        options.setdefault(listener, {})[name] = value
+    return options
+
+
+def run_launcher(argv: list[str]) -> int:
+    """``radt [options] COMMAND...``."""
+    from radt.launcher import LaunchOptions, launch
+
+    parser = launcher_parser()
+    own, command = split_argv(argv, parser)
+    args = parser.parse_args(own)
+    if args.version:
+        from radt import __version__
+
+        print(f"radt {__version__}")
+        return 0
+    if not command:
+        parser.print_usage(sys.stderr)
+        raise UsageError("no command given; try `radt examples/train.py --epochs 1`")
+    for name, value in (("--interval", args.interval), ("--max-time", args.max_time)):
+        if value is not None and value <= 0:
+            raise UsageError(f"{name} must be positive, got {value:g}")
+    options = LaunchOptions(
+        command=command,
+        experiment=args.experiment,
+        run_name=args.run_name,
+        tags=parse_pairs(args.tag, "--tag"),
+        listeners=args.listeners,
+        listener_options=parse_listener_options(args.listener_option),
+        interval_s=args.interval,
+        devices=[d.strip() for d in args.devices.split(",")] if args.devices else [],
+        max_time_min=args.max_time,
+        grace_s=args.grace,
+        window_s=args.window,
+        tracking_uri=args.tracking_uri,
+    )
+    return launch(options)
+
+
+def run_listeners(argv: list[str]) -> int:
+    """``radt listeners``: every discovered listener and whether it can run here."""
+    argparse.ArgumentParser(prog="radt listeners", description=run_listeners.__doc__).parse_args(
+        argv
+    )
+    from radt.registry import discover
+
+    found = discover()
+    width = max([len(name) for name in found] + [8])
+    print(f"{'listener':<{width}}  {'available':<9}  details")
+    for name, item in found.items():
+        status = "yes" if item.reason is None else "no"
+        print(f"{name:<{width}}  {status:<9}  {item.reason or item.target}")
+    return 0
+
+
+def run_sync(argv: list[str]) -> int:
+    """``radt sync [FOLDER]``: upload what an outage or a crash left behind."""
+    from radt.runfolder import runs_root
+    from radt.sync import sync
+
+    parser = argparse.ArgumentParser(
+        prog="radt sync",
+        description="Upload runs left in local spool folders (after an outage or a crash).",
+    )
+    parser.add_argument("folder", nargs="?", help="a run folder or a folder of them")
+    args = parser.parse_args(argv)
+    from pathlib import Path
+
+    return sync(Path(args.folder) if args.folder else runs_root())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``radt`` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv and argv[0] == "sync":
+            return run_sync(argv[1:])
+        if argv and argv[0] == "listeners":
+            return run_listeners(argv[1:])
+        return run_launcher(argv)
+    except RadtError as exc:
+        print(f"radt: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("radt: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

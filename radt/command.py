@@ -1,0 +1,87 @@
+"""The training command: how it is run and which of its flags become params."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from radt.errors import UsageError
+
+MAX_PARAM_VALUE = 6000
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_NUMBER = re.compile(r"^-\d|^-\.\d")
+
+
+def resolve_argv(command: list[str]) -> list[str]:
+    """Return the argv to execute: a ``.py`` file runs with this interpreter.
+
+    Raises UsageError for a missing script or a command not on PATH.
+    """
+    if not command:
+        raise UsageError("no command given; try `radt examples/train.py --epochs 1`")
+    program = command[0]
+    if program.endswith(".py"):
+        if not Path(program).is_file():
+            raise UsageError(f"script not found: {program} (looked in {Path.cwd()})")
+        return [sys.executable, program, *command[1:]]
+    if os.sep in program:
+        if not (Path(program).is_file() and os.access(program, os.X_OK)):
+            raise UsageError(f"command not found or not executable: {program}")
+        return list(command)
+    if shutil.which(program) is None:
+        raise UsageError(f"command not found: {program} (not on PATH); check the spelling")
+    return list(command)
+
+
+def script_args(command: list[str]) -> list[str]:
+    """The arguments that belong to the training script, not to its interpreter.
+
+    ``python -u -m pkg.train --lr 1`` → ``['--lr', '1']``; ``train.py --lr 1``
+    → ``['--lr', '1']``; anything else: every argument after the program.
+    """
+    args = command[1:]
+    if command and (command[0].endswith(".py")):
+        return args
+    if command and _PYTHON.match(Path(command[0]).name):
+        for i, arg in enumerate(args):
+            if arg == "-m" or arg == "-c":
+                return args[i + 2 :]
+            if not arg.startswith("-"):
+                return args[i + 1 :]
+        return []
+    return args
+
+
+def params_from_args(args: list[str]) -> dict[str, str]:
+    """Turn flags into params, the way the original radT does.
+
+    ``--batch-size 128`` → ``batch-size=128``, ``--lr=0.1`` → ``lr=0.1``, a
+    flag with no value → ``True``, a repeated flag → its values joined by
+    spaces. A flag takes at most the one argument after it; other positional
+    arguments are not params.
+    """
+    params: dict[str, list[str]] = {}
+    current: str | None = None
+    for arg in args:
+        if arg.startswith("-") and len(arg) > 1 and not _NUMBER.match(arg) and arg != "--":
+            name, has_value, value = arg.lstrip("-").partition("=")
+            current = _param_name(name)
+            params.setdefault(current, [])
+            if has_value:
+                params[current].append(value)
+                current = None
+        elif current is not None:
+            params[current].append(arg)
+            current = None
+    return {
+        name: (" ".join(values) if values else "True")[:MAX_PARAM_VALUE]
+        for name, values in params.items()
+        if name
+    }
+
+
+def _param_name(flag: str) -> str:
+    return re.sub(r"[^\w\-. /:]", "_", flag)[:250]

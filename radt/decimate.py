@@ -1,0 +1,67 @@
+"""The decimated stream for MLflow: one mean point per key per window."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mlflow.entities import Metric
+
+from radt.listener import Sample
+
+MLFLOW_PREFIX = "system/"
+
+
+@dataclass
+class _Window:
+    bucket: int
+    total: float = 0.0
+    count: int = 0
+    last_ms: int = 0
+
+
+class Decimator:
+    """Averages each key over fixed windows of ``window_s`` seconds.
+
+    A point carries the timestamp of the last sample in its window and the
+    window's index since ``origin_s`` as its step, so the same samples always
+    give the same points: a resend after a failure is idempotent in MLflow.
+    A window closes when the key's next window begins, or on :meth:`flush`.
+    """
+
+    def __init__(self, window_s: float, origin_s: float) -> None:
+        self.window_us = max(1, round(window_s * 1e6))
+        self.origin_bucket = round(origin_s * 1e6) // self.window_us
+        self._open: dict[str, _Window] = {}
+
+    def add(self, samples: Iterable[Sample]) -> list[Metric]:
+        """Take samples in arrival order; return the points of windows they closed."""
+        closed: list[Metric] = []
+        for timestamp, key, value in samples:
+            # Whole microseconds, as the spool keeps them, so a resend from the
+            # spool puts every sample in the same window as the live stream did.
+            micros = round(timestamp * 1e6)
+            bucket = micros // self.window_us
+            window = self._open.get(key)
+            if window is None or window.bucket != bucket:
+                if window is not None:
+                    closed.append(self._point(key, window))
+                window = self._open[key] = _Window(bucket)
+            window.total += value
+            window.count += 1
+            window.last_ms = max(window.last_ms, micros // 1000)
+        return closed
+
+    def flush(self) -> list[Metric]:
+        """Close every open window and return its points."""
+        points = [self._point(key, window) for key, window in self._open.items()]
+        self._open.clear()
+        return points
+
+    def _point(self, key: str, window: _Window) -> Metric:
+        return Metric(
+            MLFLOW_PREFIX + key,
+            window.total / window.count,
+            window.last_ms,
+            window.bucket - self.origin_bucket,
+        )

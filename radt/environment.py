@@ -1,0 +1,105 @@
+"""Reproducibility: what the run ran on, as tags and artifact files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+SECRET_NAME = re.compile(
+    r"(PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_KEY|AUTH|SESSION)",
+    re.IGNORECASE,
+)
+URI_PASSWORD = re.compile(r"(?<=://)([^:/@\s]+):[^@/\s]+@")
+ENV_FOLDER = "radt/environment"
+
+
+def filtered_environ(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment with secrets masked: names that look secret, and URI passwords."""
+    environ = dict(os.environ if environ is None else environ)
+    return {
+        name: "***" if SECRET_NAME.search(name) else URI_PASSWORD.sub(r"\1:***@", value)
+        for name, value in sorted(environ.items())
+    }
+
+
+def cpu_model() -> str:
+    """The host CPU's model name, from /proc/cpuinfo or the platform."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _run(argv: list[str], timeout_s: float = 60) -> str | None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def gpu_facts(smi_q: str) -> dict[str, str]:
+    """Driver, CUDA version and GPU names from ``nvidia-smi -q`` text."""
+    facts: dict[str, str] = {}
+    names: list[str] = []
+    for line in smi_q.splitlines():
+        label, _, value = line.partition(":")
+        label, value = label.strip(), value.strip()
+        if label == "Driver Version":
+            facts["radt.gpu_driver"] = value
+        elif label == "CUDA Version":
+            facts["radt.cuda_version"] = value
+        elif label == "Product Name":
+            names.append(value)
+    if names:
+        facts["radt.gpus"] = ", ".join(names)
+    return facts
+
+
+def capture(target: Path) -> dict[str, str]:
+    """Write environment files under ``target/radt/environment``; return tags for the run.
+
+    A missing ``nvidia-smi`` is not an error: the file and GPU tags are left out.
+    """
+    folder = target / ENV_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    memory = psutil.virtual_memory()
+    tags = {
+        "radt.host": socket.gethostname(),
+        "radt.python": platform.python_version(),
+        "radt.platform": platform.platform(),
+        "radt.cpu_model": cpu_model(),
+        "radt.cpu_cores": str(psutil.cpu_count(logical=True)),
+        "radt.cpu_physical_cores": str(psutil.cpu_count(logical=False)),
+        "radt.ram_gib": f"{memory.total / 2**30:.1f}",
+    }
+    freeze = _run([sys.executable, "-m", "pip", "freeze", "--all"])
+    if freeze is not None:
+        (folder / "pip-freeze.txt").write_text(freeze)
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        smi_q = _run([smi, "-q"])
+        if smi_q:
+            (folder / "nvidia-smi-q.txt").write_text(smi_q)
+            tags.update(gpu_facts(smi_q))
+    details = {
+        "tags": tags,
+        "python_executable": sys.executable,
+        "argv": sys.argv,
+        "cwd": os.getcwd(),
+        "environ": filtered_environ(),
+    }
+    (folder / "environment.json").write_text(json.dumps(details, indent=1))
+    return tags

@@ -1,0 +1,138 @@
+"""The steps that complete a run in MLflow, shared by the launcher and ``radt sync``.
+
+Each step is idempotent and is struck from the run's state once done, so a
+run interrupted anywhere (server down, radT killed) is finished later by
+running the remaining steps again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+
+from radt.decimate import Decimator
+from radt.listener import Sample
+from radt.runfolder import RunFolder, RunState
+from radt.spool import compact, read_spool
+from radt.writer import MAX_BATCH
+
+SAMPLES_ARTIFACT = "radt/samples.parquet"
+DOING = {
+    "metrics": "send the metric stream",
+    "samples": "upload the samples",
+    "summary": "log the summary metrics",
+    "artifacts": "upload the output log and environment",
+    "status": "set the final status",
+}
+
+
+def resend_metrics(client: MlflowClient, folder: RunFolder, state: RunState) -> int:
+    """Send the whole decimated stream again from the spool; return the point count.
+
+    Points equal those the live stream sent, which MLflow de-duplicates.
+    """
+    table, _ = read_spool(folder.spool)
+    decimator = Decimator(state.window_s, state.started_s)
+    micros = pc.cast(table.column("timestamp"), "int64").to_pylist()
+    samples = (
+        Sample(ts / 1e6, key, value)
+        for ts, key, value in zip(
+            micros,
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            strict=True,
+        )
+    )
+    points = decimator.add(samples) + decimator.flush()
+    _log_points(client, state.run_id, points)
+    return len(points)
+
+
+def summary_points(folder: RunFolder, state: RunState) -> list[Metric]:
+    """Mean and max of every key in the compacted samples, as ``summary/<key>/mean|max``."""
+    table = pq.read_table(folder.path / "samples.parquet", columns=["key", "value"])
+    if table.num_rows == 0:
+        return []
+    table = pa.table({"key": table["key"].cast(pa.string()), "value": table["value"]})
+    grouped = table.group_by("key").aggregate([("value", "mean"), ("value", "max")])
+    when = round((state.ended_s or state.started_s) * 1000)
+    points = []
+    for key, mean, peak in zip(
+        grouped.column("key").to_pylist(),
+        grouped.column("value_mean").to_pylist(),
+        grouped.column("value_max").to_pylist(),
+        strict=True,
+    ):
+        points.append(Metric(f"summary/{key}/mean", mean, when, 0))
+        points.append(Metric(f"summary/{key}/max", peak, when, 0))
+    return points
+
+
+def _log_points(client: MlflowClient, run_id: str, points: list[Metric]) -> None:
+    for first in range(0, len(points), MAX_BATCH):
+        client.log_batch(run_id, metrics=points[first : first + MAX_BATCH], synchronous=True)
+
+
+def finish(
+    client: MlflowClient,
+    folder: RunFolder,
+    warn: Callable[[str], None],
+) -> bool:
+    """Run the run's remaining steps; True when all are done and the folder removed.
+
+    A step that fails stops the sequence with one warning; the folder stays
+    for ``radt sync``.
+    """
+    state = folder.load()
+    steps: dict[str, Callable[[], None]] = {
+        "metrics": lambda: resend_metrics(client, folder, state),
+        "samples": lambda: _upload_samples(client, folder, state, warn),
+        "summary": lambda: _log_points(client, state.run_id, summary_points(folder, state)),
+        "artifacts": lambda: _upload_attachments(client, folder, state),
+        "status": lambda: _set_status(client, state),
+    }
+    for step in list(state.pending):
+        try:
+            steps[step]()
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            warn(
+                f"could not {DOING[step]} of run {state.run_id} ({first[:160]}); "
+                f"everything is kept in {folder.path} — run `radt sync` when the tracking "
+                "server is reachable"
+            )
+            return False
+        state.pending.remove(step)
+        folder.save(state)
+    folder.remove()
+    return True
+
+
+def _upload_samples(
+    client: MlflowClient, folder: RunFolder, state: RunState, warn: Callable[[str], None]
+) -> None:
+    target = folder.path / "samples.parquet"
+    _, problems = compact(folder.spool, target)
+    for problem in problems:
+        warn(f"damaged spool chunk {problem}")
+    client.log_artifact(state.run_id, str(target), "radt")
+
+
+def _upload_attachments(client: MlflowClient, folder: RunFolder, state: RunState) -> None:
+    if folder.attachments.is_dir() and any(folder.attachments.rglob("*")):
+        client.log_artifacts(state.run_id, str(folder.attachments))
+
+
+def _set_status(client: MlflowClient, state: RunState) -> None:
+    tags = dict(state.tags)
+    if state.note:
+        tags["radt.note"] = state.note
+    for key, value in tags.items():
+        client.set_tag(state.run_id, key, value)
+    end_ms = round((state.ended_s or state.started_s) * 1000)
+    client.set_terminated(state.run_id, state.status, end_time=end_ms)

@@ -1,0 +1,87 @@
+"""Where runs go: the tracking URI, the reachability check, the experiment."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from radt.errors import TrackingUnreachable, UsageError
+
+DEFAULT_DB = "mlflow.db"
+
+
+def resolve_tracking_uri(explicit: str | None = None) -> tuple[str, bool]:
+    """Return the tracking URI and whether it is the embedded default.
+
+    ``explicit`` wins, then ``MLFLOW_TRACKING_URI``; otherwise the embedded
+    SQLite store ``mlflow.db`` in the current folder (MLflow's own default),
+    made absolute so that the child finds it from any folder.
+    """
+    uri = explicit or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri, False
+    return f"sqlite:///{Path.cwd() / DEFAULT_DB}", True
+
+
+def redact(uri: str) -> str:
+    """Hide a password in a URI (``postgresql://u:secret@h/db`` → ``postgresql://u:***@h/db``)."""
+    return re.sub(r"(?<=://)([^:/@]+):[^@/]+@", r"\1:***@", uri)
+
+
+def prepare_process_env() -> None:
+    """Make MLflow's HTTP client fail fast in radT's own process.
+
+    The recorder has its own retries and the spool; MLflow's default (7
+    retries, backoff up to minutes) would block a request for far too long.
+    User settings win. The child's environment is built separately.
+    """
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+
+
+def connect(uri: str):
+    """Return an ``MlflowClient`` for ``uri`` once the store answers.
+
+    Raises TrackingUnreachable with what to do when it does not.
+    """
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        client.search_experiments(max_results=1)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TrackingUnreachable(
+            f"cannot reach the tracking store {redact(uri)} ({first[:200]}); start the server, "
+            "fix MLFLOW_TRACKING_URI, or unset it to use the embedded store ./mlflow.db"
+        ) from exc
+    return client
+
+
+def experiment_id(client, name_or_id: str | None) -> str:
+    """Find or create the experiment named (or numbered) ``name_or_id``.
+
+    With None: ``MLFLOW_EXPERIMENT_ID``, then ``MLFLOW_EXPERIMENT_NAME``, then
+    MLflow's ``Default`` experiment.
+    """
+    if name_or_id is None:
+        if os.environ.get("MLFLOW_EXPERIMENT_ID"):
+            return os.environ["MLFLOW_EXPERIMENT_ID"]
+        name_or_id = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default"
+    experiment = client.get_experiment_by_name(name_or_id)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            raise UsageError(
+                f"experiment {name_or_id!r} is deleted; restore it "
+                f"(`mlflow experiments restore --experiment-id {experiment.experiment_id}`) "
+                "or choose another name"
+            )
+        return experiment.experiment_id
+    if name_or_id.isdigit():
+        try:
+            return client.get_experiment(name_or_id).experiment_id
+        except Exception:
+            pass
+    return client.create_experiment(name_or_id)

@@ -1,0 +1,145 @@
+"""Shared fixtures: a real SQLite MLflow store per test, radT run as a real process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGINS = REPO / "tests" / "plugins"
+FAKES = REPO / "tests" / "fakes"
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory) -> Path:
+    """An empty MLflow SQLite store, made once (creating the tables takes seconds)."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@dataclass
+class Workspace:
+    """A folder with its own MLflow store and radT home, and a way to run radT in it."""
+
+    root: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uri(self) -> str:
+        return self.env["MLFLOW_TRACKING_URI"]
+
+    @property
+    def home(self) -> Path:
+        return Path(self.env["RADT_HOME"])
+
+    def argv(self, args: list[str]) -> list[str]:
+        return [sys.executable, "-m", "radt", *args]
+
+    def run(
+        self, args: list[str], timeout: float = 120, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        """Run radT to completion, capturing its output."""
+        return subprocess.run(
+            self.argv(args),
+            cwd=self.root,
+            env=self.env if env is None else env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start(self, args: list[str]) -> subprocess.Popen:
+        """Start radT and return at once (for signal tests)."""
+        return subprocess.Popen(
+            self.argv(args),
+            cwd=self.root,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def script(self, name: str, body: str) -> Path:
+        """Write a Python script into the workspace."""
+        path = self.root / name
+        path.write_text(body)
+        return path
+
+    def client(self):
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(self.uri)
+
+    def runs(self, experiment: str = "Default"):
+        client = self.client()
+        exp = client.get_experiment_by_name(experiment)
+        return [] if exp is None else client.search_runs([exp.experiment_id])
+
+    def only_run(self, experiment: str = "Default"):
+        runs = self.runs(experiment)
+        assert len(runs) == 1, f"expected one run, found {len(runs)}"
+        return runs[0]
+
+
+@pytest.fixture
+def workspace(tmp_path, template_db) -> Workspace:
+    """A fresh store and radT home; the test plugin listeners are installed."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    shutil.copy(template_db, root / "mlflow.db")
+    env = dict(os.environ)
+    for name in list(env):
+        if name.startswith(("MLFLOW_", "RADT_")):
+            del env[name]
+    env.update(
+        MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}",
+        RADT_HOME=str(tmp_path / "radt-home"),
+        PYTHONPATH=os.pathsep.join([str(PLUGINS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        MLFLOW_DISABLE_TELEMETRY="true",
+        PYTHONUNBUFFERED="1",
+    )
+    return Workspace(root, env)
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05):
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (and is not a zombie)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_quietly(pid: int) -> None:
+    """SIGKILL a process that a failed test may have left behind."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -46,10 +46,15 @@ def script_args(command: list[str]) -> list[str]:
     if command and (command[0].endswith(".py")):
         return args
     if command and _PYTHON.match(Path(command[0]).name):
+        skip = False
         for i, arg in enumerate(args):
-            if arg == "-m" or arg == "-c":
+            if skip:
+                skip = False
+            elif arg in ("-m", "-c"):
                 return args[i + 2 :]
-            if not arg.startswith("-"):
+            elif arg in ("-X", "-W"):
+                skip = True
+            elif not arg.startswith("-"):
                 return args[i + 1 :]
         return []
     return args

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -139,7 +140,5 @@ def pid_alive(pid: int) -> bool:
 
 def kill_quietly(pid: int) -> None:
     """SIGKILL a process that a failed test may have left behind."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

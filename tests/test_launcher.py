@@ -168,7 +168,8 @@ def _read_pids(path):
 def test_max_time_sends_sigterm_then_sigkill_and_says_why(workspace):
     workspace.script(
         "stubborn.py",
-        "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: print('ignoring SIGTERM', flush=True))\n"
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: print('ignoring SIGTERM', flush=True))\n"
         "print('started', flush=True)\nwhile True: time.sleep(0.05)\n",
     )
     began = time.monotonic()
@@ -242,7 +243,7 @@ def test_listener_that_raises_stops_alone(workspace, tmp_path):
     workspace.script("logs.py", LOGS)
     done = workspace.run(["-l", "counter+boom", "logs.py"], env={**workspace.env, "SLEEP": "1"})
     assert done.returncode == 0, done.stderr
-    warnings = [l for l in done.stderr.splitlines() if "listener boom stopped" in l]
+    warnings = [line for line in done.stderr.splitlines() if "listener boom stopped" in line]
     assert len(warnings) == 1 and "RuntimeError: sensor unplugged" in warnings[0]
     run = workspace.only_run()
     assert run.info.status == "FINISHED"
@@ -265,7 +266,7 @@ def test_embedded_store_is_the_default_and_said_so(workspace):
     env = {k: v for k, v in workspace.env.items() if k != "MLFLOW_TRACKING_URI"}
     done = workspace.run(["-l", "none", "logs.py"], env={**env, "SLEEP": "0"})
     assert done.returncode == 0, done.stderr
-    notices = [l for l in done.stderr.splitlines() if "MLFLOW_TRACKING_URI is not set" in l]
+    notices = [n for n in done.stderr.splitlines() if "MLFLOW_TRACKING_URI is not set" in n]
     assert len(notices) == 1 and str(workspace.root / "mlflow.db") in notices[0]
     assert workspace.only_run().info.status == "FINISHED"
 

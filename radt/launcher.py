@@ -5,11 +5,13 @@ from __future__ import annotations
 import getpass
 import os
 import shlex
+import shutil
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from radt import environment
 from radt.child import Child
@@ -105,6 +107,8 @@ def launch(options: LaunchOptions) -> int:
         interval_s=options.interval_s,
         devices=tuple(options.devices),
         warn=say,
+        attach=lambda path, artifact_dir: _attach(folder, path, artifact_dir),
+        set_tag=state.tags.__setitem__,
     )
     context.workdir.mkdir(parents=True, exist_ok=True)
     for listener in listeners:
@@ -178,6 +182,12 @@ def _create_run(client, exp_id: str, options: LaunchOptions, listeners: list[Lis
 
 def _context_for(context: RunContext, listener: Listener, options: LaunchOptions) -> RunContext:
     return replace(context, options=dict(options.listener_options.get(listener.name, {})))
+
+
+def _attach(folder: RunFolder, path: Path, artifact_dir: str) -> None:
+    target = folder.attachments / artifact_dir
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(path, target / Path(path).name)
 
 
 def _child_env(

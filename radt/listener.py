@@ -53,8 +53,10 @@ class RunContext:
     """GPU indices, GPU UUIDs or MIG UUIDs of the run; empty: all."""
     warn: Callable[[str], None] = print
     """Reports a problem to the user in one line."""
-    attach: Callable[[Path, str], None] | None = None
-    """Uploads a file as an artifact of the run, into the given artifact folder."""
+    attach: Callable[[Path, str], None] = lambda path, folder: None
+    """Keeps a file as an artifact of the run, in the given artifact folder."""
+    set_tag: Callable[[str, str], None] = lambda key, value: None
+    """Sets a tag on the run (e.g. which energy method a listener used)."""
     options: dict[str, str] = field(default_factory=dict)
     """Options from ``-o LISTENER.KEY=VALUE`` for this listener, as ``{KEY: VALUE}``."""
 

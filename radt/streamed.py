@@ -14,9 +14,9 @@ class StreamedListener(Listener):
     """Owns one tool process (``nvidia-smi -lms``, ``dcgmi dmon``) and always reaps it.
 
     Subclasses give the :meth:`command` and :meth:`parse` one line of its
-    output into samples. A line that cannot be parsed is skipped with one
-    warning; a tool that exits on its own is reported with the end of its
-    stderr.
+    output into samples. A line that cannot be parsed (``parse`` raises) is
+    skipped and counted: one warning at the first, the count at the end. A
+    tool that exits on its own is reported with the end of its stderr.
     """
 
     stop_timeout_s: float = 3.0
@@ -29,6 +29,7 @@ class StreamedListener(Listener):
         self._stderr: deque[str] = deque(maxlen=20)
         self._stopping = threading.Event()
         self.lines = 0
+        self.skipped = 0
 
     @abstractmethod
     def command(self, run: RunContext) -> list[str]:
@@ -67,6 +68,10 @@ class StreamedListener(Listener):
                 process.wait()
         if self._reader is not None:
             self._reader.join(self.stop_timeout_s)
+        if self.skipped and self.run is not None:
+            self.run.warn(
+                f"listener {self.name}: skipped {self.skipped} of {self.lines} output lines"
+            )
 
     def _read(self) -> None:
         assert self.process is not None and self.process.stdout is not None
@@ -77,6 +82,7 @@ class StreamedListener(Listener):
             try:
                 samples = self.parse(line.rstrip("\n"))
             except Exception as exc:
+                self.skipped += 1
                 if not warned:
                     warned = True
                     self.run.warn(

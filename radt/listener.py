@@ -66,6 +66,8 @@ class Listener(ABC):
 
     name: ClassVar[str]
     default_interval_s: ClassVar[float] = 0.5
+    on_by_default: ClassVar[bool] = True
+    """Whether radT runs it when ``-l`` is not given (wrapping profilers are opt-in)."""
 
     def available(self) -> str | None:
         """Return None when this listener can run here, else why not, in a few words."""

@@ -45,14 +45,18 @@ def parse_names(spec: str) -> list[str]:
 
 
 def select(spec: str | None, found: dict[str, Discovered] | None = None) -> list[Listener]:
-    """Return the listeners named in ``spec``, or every available one when None.
+    """Return the listeners named in ``spec``, or every available default one when None.
 
     Raises UsageError, before anything starts, for an unknown name or a named
     listener that cannot run here.
     """
     found = discover() if found is None else found
     if spec is None:
-        return [d.listener for d in found.values() if d.listener and d.reason is None]
+        return [
+            d.listener
+            for d in found.values()
+            if d.listener and d.reason is None and d.listener.on_by_default
+        ]
     names = parse_names(spec)
     if spec.strip().lower() == "none":
         return []

@@ -104,14 +104,20 @@ def test_listener_names_split_on_plus_or_comma():
 def test_select_picks_available_by_default_and_refuses_unknown():
     class Dummy:
         name = "x"
+        on_by_default = True
+
+    class Profiler(Dummy):
+        on_by_default = False
 
     found = {
         "ok": Discovered("ok", "m:Ok", Dummy(), None),
         "gone": Discovered("gone", "m:Gone", Dummy(), "tool missing"),
+        "prof": Discovered("prof", "m:Prof", Profiler(), None),
     }
     assert select(None, found) == [found["ok"].listener]
+    assert select("prof", found) == [found["prof"].listener]
     assert select("none", found) == []
-    with pytest.raises(UsageError, match="unknown listener nope; known listeners: ok, gone"):
+    with pytest.raises(UsageError, match="unknown listener nope; known listeners: ok, gone, prof"):
         select("ok+nope", found)
     with pytest.raises(UsageError, match=r"gone \(tool missing\)"):
         select("gone", found)

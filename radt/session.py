@@ -1,0 +1,184 @@
+"""One MLflow run being recorded: its local folder, recorder, listeners and finish."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from radt import environment
+from radt.decimate import Decimator
+from radt.finalize import finish
+from radt.listener import Listener, PolledListener, RunContext
+from radt.recorder import Recorder
+from radt.runfolder import RunFolder, RunState
+from radt.sampler import Sampler
+from radt.spool import SpoolWriter
+from radt.writer import BatchWriter
+
+
+def say(message: str) -> None:
+    """Print one line from radT on stderr."""
+    print(f"radt: {message}", file=sys.stderr, flush=True)
+
+
+class RecordedRun:
+    """An MLflow run that radT records: created on construction, completed by :meth:`close`."""
+
+    def __init__(
+        self,
+        client,
+        tracking_uri: str,
+        experiment_id: str,
+        *,
+        tags: dict[str, str],
+        params: dict[str, str],
+        listeners: Sequence[Listener],
+        run_name: str | None = None,
+        parent_run_id: str | None = None,
+        window_s: float = 1.0,
+        interval_s: float | None = None,
+        devices: Sequence[str] = (),
+        listener_options: dict[str, dict[str, str]] | None = None,
+        warn: Callable[[str], None] = say,
+    ) -> None:
+        from mlflow.entities import Param
+
+        if parent_run_id:
+            tags = {**tags, "mlflow.parentRunId": parent_run_id}
+        run = client.create_run(experiment_id, tags=tags, run_name=run_name)
+        self.client = client
+        self.info = run.info
+        self.run_id = run.info.run_id
+        self.listeners = list(listeners)
+        self.listener_options = listener_options or {}
+        self.warn = warn
+        if params:
+            client.log_batch(
+                self.run_id, params=[Param(k, v) for k, v in params.items()], synchronous=True
+            )
+        started_s = run.info.start_time / 1000
+        self.state = RunState(
+            run_id=self.run_id,
+            experiment_id=experiment_id,
+            tracking_uri=tracking_uri,
+            pid=os.getpid(),
+            started_s=started_s,
+            window_s=window_s,
+        )
+        self.folder = RunFolder.create(self.state)
+        self.recorder = Recorder(
+            SpoolWriter(self.folder.spool),
+            BatchWriter(client, self.run_id, warn),
+            Decimator(window_s, started_s),
+            warn,
+        )
+        self.recorder.start()
+        self.context = RunContext(
+            run_id=self.run_id,
+            pid=0,
+            workdir=self.folder.path / "listeners",
+            emit=self.recorder.emit,
+            interval_s=interval_s,
+            devices=tuple(devices),
+            warn=warn,
+            attach=self._attach,
+            set_tag=self.state.tags.__setitem__,
+        )
+        self.context.workdir.mkdir(parents=True, exist_ok=True)
+        self._running: list[tuple[Listener, Sampler | None]] = []
+        self._environment: threading.Thread | None = None
+
+    @property
+    def output_log(self) -> Path:
+        """Where the command's output is kept; uploaded as ``radt/output.log``."""
+        return self.folder.attachments / "radt" / "output.log"
+
+    def context_for(self, listener: Listener) -> RunContext:
+        """The run context with ``listener``'s own options."""
+        return replace(self.context, options=dict(self.listener_options.get(listener.name, {})))
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """The command as the wrapping listeners (nsys, ncu) change it."""
+        for listener in self.listeners:
+            argv = listener.wrap(argv, self.context_for(listener))
+        return argv
+
+    def start_listeners(self, pid: int) -> None:
+        """Start every listener on the process tree rooted at ``pid``."""
+        self.context.pid = pid
+        for listener in self.listeners:
+            own = self.context_for(listener)
+            try:
+                if isinstance(listener, PolledListener):
+                    sampler = Sampler(listener, own)
+                    sampler.start()
+                    self._running.append((listener, sampler))
+                else:
+                    listener.start(own)
+                    self._running.append((listener, None))
+            except Exception as exc:
+                self.warn(
+                    f"listener {listener.name} could not start ({exc}); the run goes on without it"
+                )
+
+    def capture_environment(self) -> None:
+        """Record the environment in the background (pip freeze takes a second)."""
+        self._environment = threading.Thread(target=self._capture, daemon=True)
+        self._environment.start()
+
+    def stop_listeners(self) -> None:
+        """Stop every running listener, then let wrapping listeners collect their reports."""
+        for listener, sampler in self._running:
+            try:
+                if sampler is not None:
+                    sampler.stop()
+                else:
+                    listener.stop()
+            except Exception as exc:
+                self.warn(f"listener {listener.name} failed to stop cleanly: {exc}")
+        self._running = []
+        for listener in self.listeners:
+            try:
+                listener.collect(self.context_for(listener))
+            except Exception as exc:
+                self.warn(f"listener {listener.name} could not collect its report: {exc}")
+
+    def close(self, status: str, exit_code: int | None, send_timeout_s: float = 30.0) -> bool:
+        """Stop recording and complete the run in MLflow; True when nothing is left to sync."""
+        self.stop_listeners()
+        if self._environment is not None:
+            self._environment.join(timeout=60)
+        state = self.state
+        state.status, state.exit_code = status, exit_code
+        state.ended_s = time.time()
+        unsent = self.recorder.close(send_timeout_s)
+        if unsent == 0 and "metrics" in state.pending:
+            state.pending.remove("metrics")
+        self.folder.save(state)
+        return finish(self.client, self.folder, self.warn)
+
+    def _attach(self, path: Path, artifact_dir: str) -> None:
+        target = self.folder.attachments / artifact_dir
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target / Path(path).name)
+
+    def _capture(self) -> None:
+        from mlflow.entities import RunTag
+
+        try:
+            tags = environment.capture(self.folder.attachments)
+        except Exception as exc:
+            self.warn(f"could not capture the environment: {exc}")
+            return
+        try:
+            self.client.log_batch(
+                self.run_id, tags=[RunTag(k, v) for k, v in tags.items()], synchronous=True
+            )
+        except Exception:
+            self.state.tags.update(tags)

@@ -1,0 +1,112 @@
+"""Watching running commands: stop signals, ``--max-time``, and how each one ended."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from radt.child import Child
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class Outcome:
+    """How one command ended, as an MLflow status and radT's exit code."""
+
+    status: str
+    exit_code: int
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class Supervisor:
+    """Waits for commands that run together; use as a context manager.
+
+    SIGINT, SIGTERM and SIGHUP to radT are forwarded to every command's
+    process group; after ``grace_s`` the commands get SIGKILL, and a second
+    signal kills them at once. ``max_time_min`` ends them the same way.
+    """
+
+    def __init__(
+        self,
+        children: Sequence[Child],
+        warn: Callable[[str], None],
+        grace_s: float = 10.0,
+        max_time_min: float | None = None,
+    ) -> None:
+        self.children = list(children)
+        self.warn = warn
+        self.grace_s = grace_s
+        self.max_time_min = max_time_min
+        self.reason: str | None = None
+        self.signum: int | None = None
+        self._kill_at: float | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> Supervisor:
+        self._previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        if self.signum is not None:
+            self.warn("second interrupt: killing the command now")
+            self._signal_all(signal.SIGKILL)
+            return
+        self.signum = signum
+        self.reason = f"radT received {signal.Signals(signum).name}"
+        self._kill_at = time.monotonic() + self.grace_s
+        self.warn(f"{self.reason}; stopping the command (again to kill it at once)")
+        self._signal_all(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+
+    def _signal_all(self, signum: int) -> None:
+        for child in self.children:
+            if child.process is not None and child.poll() is None:
+                child.signal_group(signum)
+
+    def stop_all(self, reason: str) -> None:
+        """Ask every command to stop (SIGTERM), with SIGKILL after the grace period."""
+        if self.reason is None:
+            self.reason = reason
+            self._kill_at = time.monotonic() + self.grace_s
+            self.warn(f"{reason}; sending SIGTERM (SIGKILL in {self.grace_s:g} s)")
+            self._signal_all(signal.SIGTERM)
+
+    def wait(self) -> list[int]:
+        """Wait until every command has ended; return their exit statuses."""
+        deadline = (
+            time.monotonic() + self.max_time_min * 60 if self.max_time_min is not None else None
+        )
+        while True:
+            codes = [child.poll() for child in self.children]
+            if all(code is not None for code in codes):
+                return codes  # type: ignore[return-value]
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                self.stop_all(f"--max-time of {self.max_time_min:g} min reached")
+            if self._kill_at is not None and now >= self._kill_at:
+                self.warn("the command did not stop within the grace period; sending SIGKILL")
+                self._signal_all(signal.SIGKILL)
+                self._kill_at = None
+            time.sleep(0.05)
+
+    def judge(self, returncode: int) -> Outcome:
+        """The status of a run whose command ended with ``returncode``."""
+        tags = {"radt.exit_code": str(returncode)}
+        if self.reason:
+            tags["radt.stop_reason"] = self.reason
+        if self.signum is not None:
+            return Outcome("KILLED", 128 + self.signum, tags)
+        if returncode < 0:
+            tags.setdefault(
+                "radt.stop_reason", f"the command died of {signal.Signals(-returncode).name}"
+            )
+            return Outcome("KILLED", 128 - returncode, tags)
+        return Outcome("FINISHED" if returncode == 0 else "FAILED", returncode, tags)

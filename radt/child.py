@@ -34,10 +34,13 @@ def _die_with_radt() -> None:  # runs in the child between fork and exec
 class Child:
     """One command, its own process group, its output copied to the terminal and a log."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], log_path: Path, prefix: str = ""
+    ) -> None:
         self.argv = argv
         self.env = env
         self.log_path = log_path
+        self.prefix = prefix.encode()
         self.process: subprocess.Popen[bytes] | None = None
         self._log: BinaryIO | None = None
         self._log_lock = threading.Lock()
@@ -101,23 +104,31 @@ class Child:
     def _pump(self, source: BinaryIO, terminal) -> None:
         out = getattr(terminal, "buffer", None)
         fd = source.fileno()
+        partial = b""
         while True:
             try:
                 data = os.read(fd, 65536)
             except OSError:
-                break
-            if not data:
-                break
+                data = b""
             with self._log_lock:
                 assert self._log is not None
                 self._log.write(data)
                 self._log.flush()
-            if out is not None:
+            if self.prefix:
+                # Whole lines only, so that commands running together interleave by line.
+                lines = (partial + data).split(b"\n")
+                partial = lines.pop() if data else b""
+                shown = b"".join(self.prefix + line + b"\n" for line in lines if line or data)
+            else:
+                shown = data
+            if out is not None and shown:
                 try:
-                    out.write(data)
+                    out.write(shown)
                     out.flush()
                 except (OSError, ValueError):
                     out = None
+            if not data:
+                break
         source.close()
 
 

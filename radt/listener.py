@@ -68,6 +68,9 @@ class Listener(ABC):
     default_interval_s: ClassVar[float] = 0.5
     on_by_default: ClassVar[bool] = True
     """Whether radT runs it when ``-l`` is not given (wrapping profilers are opt-in)."""
+    scope: ClassVar[str] = "run"
+    """``run``: it observes one command; ``device``: it observes GPUs or the host, so in a
+    workload it runs once, in the workload's parent run."""
 
     def available(self) -> str | None:
         """Return None when this listener can run here, else why not, in a few words."""

@@ -40,7 +40,7 @@ import shlex
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from radt.errors import UsageError
@@ -201,8 +201,8 @@ class PlanError(UsageError):
     """A plan with problems; ``problems`` lists them all."""
 
     def __init__(self, path: Path | str, problems: list[Problem]):
-        super().__init__(format_problems(path, problems))
-        self.problems = problems
+        self.problems = sorted(problems, key=lambda p: p.line or 0)
+        super().__init__(format_problems(path, self.problems))
 
 
 @dataclass
@@ -234,6 +234,8 @@ class Plan:
         appended to the header.
         """
         rows = {row.line: row for row in workload.rows}
+        if not results:
+            return
         stray = sorted(set(results) - set(rows))
         if stray:
             raise ValueError(f"lines {stray} are not rows of workload {workload.label}")
@@ -511,13 +513,17 @@ _CANONICAL = {_column_key(name): name for name in COLUMNS}
 
 
 def _read_header(record: _Record) -> tuple[list[str | None], list[Problem]]:
-    """Canonical column names (None for blank header cells) and header problems."""
+    """Canonical column names and header problems.
+
+    A blank header cell gives "", an unknown or duplicate one None (already
+    reported: the cells under it are ignored).
+    """
     columns: list[str | None] = []
     problems: list[Problem] = []
     seen: dict[str, int] = {}
     for position, name in enumerate(record.cells, start=1):
-        canonical = _CANONICAL.get(_column_key(name)) if name else None
-        if name and canonical is None:
+        canonical = _CANONICAL.get(_column_key(name)) if name else ""
+        if canonical is None:
             problems.append(Problem(record.first, _unknown_column(name)))
         elif canonical in seen:
             problems.append(
@@ -556,22 +562,28 @@ def _shape_problems(record: _Record, columns: list[str | None]) -> list[str]:
     filled = [i for i, value in enumerate(cells) if value]
     messages = []
     if filled and filled[-1] >= len(columns):
-        messages.append(
-            f"{filled[-1] + 1} cells, but the header names {len(columns)} columns "
-            '(quote a cell that contains commas, e.g. "0,1")'
-        )
+        messages.append(_too_many_cells(len(cells), len(columns)))
     for i in filled:
-        if i < len(columns) and columns[i] is None:
-            messages.append(f"cell {i + 1} ({cells[i]!r}) is under a column without a valid name")
+        if i < len(columns) and columns[i] == "":
+            messages.append(f"cell {i + 1} ({cells[i]!r}) is under a column without a name")
     return messages
+
+
+def _too_many_cells(cells: int, columns: int) -> str:
+    return (
+        f"{cells} cells, but the header names {columns} columns "
+        '(quote a cell that contains commas, e.g. "0,1")'
+    )
 
 
 def _build_row(
     record: _Record, columns: list[str | None], cwd: Path
 ) -> tuple[Row | None, list[str]]:
     """The row of a data record, or None and the messages of what is wrong."""
-    values = {name: value for name, value in zip(columns, record.cells, strict=False) if name}
     errors = _shape_problems(record, columns)
+    if errors:  # cells out of place: checking them would only repeat the same mistake
+        return None, errors
+    values = {name: value for name, value in zip(columns, record.cells, strict=False) if name}
 
     def parsed(parser: Callable[[str], object], column: str) -> object:
         try:
@@ -595,6 +607,9 @@ def _build_row(
     )
     if fields["devices"] is not None and fields["collocation"] is not None:
         errors.extend(_mig_device_problems(fields["collocation"], fields["devices"]))
+    if errors and len(record.raw) > len(columns):
+        # extra (empty) cells are tolerated, but here they likely shifted the row
+        return None, [_too_many_cells(len(record.raw), len(columns))]
     if errors:
         return None, errors
     row = Row(
@@ -785,23 +800,25 @@ def _quote(value: str) -> str:
     return value
 
 
-def _replace_cell(old: str | None, value: str, lead: str) -> str:
-    """``value`` in the place of ``old``, keeping its surrounding spaces."""
-    if old is not None and old.strip():
-        lead = old[: len(old) - len(old.lstrip())]
-        return lead + _quote(value) + old[len(old.rstrip()) :]
-    return (old if old else lead) + _quote(value)
+def _replace_cell(old: str, value: str) -> str:
+    """``value`` in the place of ``old``, keeping the spaces around it."""
+    if not old.strip():
+        return old + _quote(value)
+    lead = old[: len(old) - len(old.lstrip())]
+    return lead + _quote(value) + old[len(old.rstrip()) :]
 
 
 def _set_cells(record: _Record, updates: dict[int, str]) -> str:
-    """The record's text with the cells at ``updates``' positions replaced."""
+    """The record's text with the cells at ``updates``' positions replaced.
+
+    A short record is padded with empty cells, spaced like its other cells.
+    """
     raw = list(record.raw)
     lead = " " if any(cell.startswith(" ") for cell in raw[1:]) else ""
-    while len(raw) <= max(updates):
-        raw.append(None)  # type: ignore[arg-type]
+    raw += [lead] * (max(updates) + 1 - len(raw))
     for position, value in updates.items():
-        raw[position] = _replace_cell(raw[position], value, lead)
-    return ",".join(cell if cell is not None else lead for cell in raw) + record.terminator
+        raw[position] = _replace_cell(raw[position], value)
+    return ",".join(raw) + record.terminator
 
 
 def _find_record(
@@ -810,11 +827,12 @@ def _find_record(
     """The record of ``row`` in a freshly read file (by line, else by position)."""
 
     def belongs(record: _Record) -> bool:
-        cells = record.cells + [""] * len(index)
-        return (
-            _clean(cells[index["Experiment"]]) == workload.experiment
-            and _clean(cells[index["Workload"]]) == workload.name
-        )
+        cells = record.cells
+        values = [
+            _clean(cells[index[c]]) if index[c] < len(cells) else ""
+            for c in ("Experiment", "Workload")
+        ]
+        return values == [workload.experiment, workload.name]
 
     for record in data:
         if record.first == row.line and belongs(record):
@@ -829,6 +847,19 @@ def _find_record(
     )
 
 
+def _columns_for_record(header: _Record, path: Path) -> tuple[dict[str, int], str | None]:
+    """Column positions, adding Status and Run when missing (then: the new header)."""
+    index = {name: i for i, name in enumerate(_read_header(header)[0]) if name}
+    if "Experiment" not in index or "Workload" not in index:
+        raise UsageError(f"{path} changed while radT ran: its header lost Experiment/Workload")
+    missing = [name for name in ("Status", "Run") if name not in index]
+    if not missing:
+        return index, None
+    added = {name: len(header.raw) + n for n, name in enumerate(missing)}
+    index.update(added)
+    return index, _set_cells(header, {i: name for name, i in added.items()})
+
+
 def _rewrite(text: str, workload: Workload, updates: dict[int, tuple[str, str]], path: Path) -> str:
     """``text`` with the Status and Run cells of ``updates``' rows set."""
     lines = _physical_lines(text)
@@ -836,23 +867,15 @@ def _rewrite(text: str, workload: Workload, updates: dict[int, tuple[str, str]],
     if not records:
         raise UsageError(f"{path} changed while radT ran: it is now empty")
     header, data = records[0], records[1:]
-    index = {name: i for i, name in enumerate(_read_header(header)[0]) if name}
+    index, new_header = _columns_for_record(header, path)
     replacements: dict[int, tuple[int, str]] = {}
-    added = {
-        name: len(header.raw) + n
-        for n, name in enumerate(c for c in ("Status", "Run") if c not in index)
-    }
-    if added:
-        index.update(added)
-        replacements[header.first] = (
-            header.last,
-            _set_cells(header, {i: n for n, i in added.items()}),
-        )
+    if new_header is not None:
+        replacements[header.first] = (header.last, new_header)
     rows = {row.line: row for row in workload.rows}
     for line, (status, run) in updates.items():
         record = _find_record(data, index, workload, rows[line], path)
-        text_ = _set_cells(record, {index["Status"]: status, index["Run"]: run})
-        replacements[record.first] = (record.last, text_)
+        cells = _set_cells(record, {index["Status"]: status, index["Run"]: run})
+        replacements[record.first] = (record.last, cells)
     return "".join(_splice(lines, replacements))
 
 

@@ -1,0 +1,240 @@
+"""``ncu``: runs the command under Nsight Compute and logs how long the profiled kernels took.
+
+A *wrapping* listener (DESIGN.md): :meth:`NcuListener.wrap` puts ``ncu`` in
+front of the command (``--export`` to the run's working folder, every child
+process, plus the metric ``gpu__time_duration.sum``); after the command ended,
+:meth:`NcuListener.collect` keeps the report as the artifact
+``radt/ncu/report.ncu-rep``, reads it back with
+``ncu --import report.ncu-rep --csv --page details`` (one row per profiled
+launch, section and metric) and emits, at collect time:
+
+- ``ncu/kernels/count``: profiled kernel launches (distinct ``ID``);
+- ``ncu/kernels/unique``: distinct kernel names;
+- ``ncu/kernels/total_duration_ms``: the summed ``gpu__time_duration.sum`` of
+  the launches (the Speed Of Light section's ``Duration`` where that metric
+  is missing).
+
+and one row per kernel name (launches, total, mean, min and max duration) as
+the artifact ``radt/ncu/kernels.csv``.
+
+Nsight Compute replays every kernel it profiles many times: a whole training
+run under it takes very long. Limit it with options (``-o ncu.KEY=VALUE``):
+
+- ``capture=nvtx``: profile only inside the NVTX push/pop range named by
+  ``range`` (default ``profile``): ``--nvtx --nvtx-include profile/``;
+- ``launch_count=N``: profile at most N launches (``--launch-count N``);
+- ``timeout_s=SECONDS``: how long ``ncu --import`` may take (default 900).
+
+A missing report (e.g. ``ERR_NVGPUCTRPERM``: no access to the GPU's
+performance counters), a report ncu cannot read, or one with no kernel gives
+one warning; the run goes on. Unreadable lines are skipped and counted (tag
+``radt.ncu.skipped_lines``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from radt.listener import Listener, RunContext, samples_from
+
+from ._reports import ns_per, number, read_table, run_tool, timeout_option, write_csv
+
+ARTIFACT_DIR = "radt/ncu"
+DURATION_METRIC = "gpu__time_duration.sum"
+SOL_SECTION = "GPU Speed Of Light Throughput"
+SOL_DURATION = "Duration"
+DEFAULT_RANGE = "profile"
+REQUIRED = ("ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
+KERNEL_COLUMNS = (
+    "Kernel Name",
+    "Launches",
+    "Total Duration (ns)",
+    "Avg Duration (ns)",
+    "Min Duration (ns)",
+    "Max Duration (ns)",
+)
+
+
+@dataclass
+class KernelStats:
+    """The profiled launches of one kernel name."""
+
+    name: str
+    durations_ns: list[float] = field(default_factory=list)
+
+    def row(self) -> list[object]:
+        d = self.durations_ns
+        total = sum(d)
+        return [self.name, len(d), round(total, 3), round(total / len(d), 3), min(d), max(d)]
+
+
+@dataclass
+class LaunchSummary:
+    """What the details page of a report says about its launches."""
+
+    launches: int = 0
+    """Distinct launch ``ID``s in the report."""
+    timed: int = 0
+    """Launches with a duration."""
+    total_ns: float = 0.0
+    kernels: dict[str, KernelStats] = field(default_factory=dict)
+    skipped: int = 0
+
+    @property
+    def unique(self) -> int:
+        return len(self.kernels)
+
+    def table(self) -> list[list[object]]:
+        """One row per kernel name, the most total time first."""
+        stats = sorted(self.kernels.values(), key=lambda k: -sum(k.durations_ns))
+        return [k.row() for k in stats]
+
+
+def _is_details_header(fields: list[str]) -> bool:
+    return all(c in fields for c in REQUIRED)
+
+
+def parse_details(text: str) -> LaunchSummary | None:
+    """Read ``ncu --import REPORT --csv --page details``; None when there is no table.
+
+    Lines before the table (``==PROF==``, ``==WARNING==``) are passed over.
+    A launch's duration is its ``gpu__time_duration.sum`` row, else its Speed
+    Of Light ``Duration`` row; units may be ``ns``/``us``/``ms``/``s`` or the
+    older ``nsecond``/``usecond``/``msecond``/``second``, and values may carry
+    thousands separators. A row whose ID or needed value cannot be read is
+    skipped and counted; metrics the GPU cannot measure (``n/a``) are not
+    errors.
+    """
+    table = read_table(text, _is_details_header, required=REQUIRED)
+    if table is None:
+        return None
+    summary = LaunchSummary(skipped=table.skipped)
+    names: dict[str, str] = {}
+    metric: dict[str, float] = {}
+    sol: dict[str, float] = {}
+    for row in table.rows:
+        launch, name = row["ID"].strip(), row["Kernel Name"]
+        if not launch or not name:
+            summary.skipped += 1
+            continue
+        wanted = row["Metric Name"] == DURATION_METRIC or (
+            row["Metric Name"] == SOL_DURATION and row["Section Name"] == SOL_SECTION
+        )
+        if wanted:
+            try:
+                duration = number(row["Metric Value"]) * ns_per(row["Metric Unit"])
+                if duration < 0:
+                    raise ValueError("negative duration")
+            except ValueError:
+                summary.skipped += 1
+                continue
+            (metric if row["Metric Name"] == DURATION_METRIC else sol)[launch] = duration
+        names.setdefault(launch, name)
+    summary.launches = len(names)
+    for launch, name in names.items():
+        duration = metric.get(launch, sol.get(launch))
+        if duration is None:
+            continue
+        summary.timed += 1
+        summary.total_ns += duration
+        summary.kernels.setdefault(name, KernelStats(name)).durations_ns.append(duration)
+    return summary
+
+
+class NcuListener(Listener):
+    """Wraps the command in ``ncu``; logs the profiled kernels' durations after it ends."""
+
+    name = "ncu"
+    on_by_default = False  # a profiler changes the run: only with -l
+
+    def __init__(self) -> None:
+        self.base: Path | None = None
+        self.capture_range: str | None = None
+
+    def available(self) -> str | None:
+        return None if shutil.which("ncu") else "ncu not found"
+
+    def wrap(self, argv: list[str], run: RunContext) -> list[str]:
+        folder = run.workdir / "ncu"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.base = folder / "report"
+        command = [
+            "ncu",
+            "--export",
+            str(self.base),
+            "--force-overwrite",
+            "--target-processes",
+            "all",
+            "--metrics",
+            DURATION_METRIC,
+        ]
+        capture = run.options.get("capture", "all").strip().lower()
+        if capture == "nvtx":
+            self.capture_range = run.options.get("range", DEFAULT_RANGE).strip() or DEFAULT_RANGE
+            command += ["--nvtx", "--nvtx-include", f"{self.capture_range}/"]
+        elif capture not in ("all", "none", ""):
+            run.warn(f"listener ncu: unknown capture={capture!r}; profiling every kernel")
+        count = run.options.get("launch_count")
+        if count is not None:
+            if count.strip().isdigit() and int(count) > 0:
+                command += ["--launch-count", str(int(count))]
+            else:
+                run.warn(f"listener ncu: ignoring launch_count={count!r} (not a positive integer)")
+        run.set_tag(
+            "radt.ncu.capture", f"nvtx:{self.capture_range}" if self.capture_range else "all"
+        )
+        return [*command, *argv]
+
+    def start(self, run: RunContext) -> None:
+        """Nothing to start: ncu itself is the command."""
+
+    def stop(self) -> None:
+        """Nothing runs beside the command."""
+
+    def find_report(self) -> Path | None:
+        if self.base is None:
+            return None
+        path = self.base.with_name(self.base.name + ".ncu-rep")
+        return path if path.is_file() else None
+
+    def collect(self, run: RunContext) -> None:
+        report = self.find_report()
+        if report is None:
+            hint = (
+                f"; was the NVTX range {self.capture_range!r} ever opened?"
+                if self.capture_range
+                else ""
+            )
+            run.warn(
+                "listener ncu: ncu wrote no report (no kernel profiled, or no access to the "
+                f"GPU performance counters: see radt/output.log{hint})"
+            )
+            return
+        run.attach(report, ARTIFACT_DIR)
+        result = run_tool(
+            ["ncu", "--import", str(report), "--csv", "--page", "details"],
+            timeout_option(run.options, run.warn, self.name),
+        )
+        summary = parse_details(result.stdout)
+        if summary is None:
+            why = result.reason() if not result.ok else "no details table in its output"
+            run.warn(f"listener ncu: cannot read {report.name}: ncu --import {why}")
+            return
+        run.set_tag("radt.ncu.skipped_lines", str(summary.skipped))
+        if summary.skipped:
+            run.warn(f"listener ncu: skipped {summary.skipped} unreadable line(s) of ncu --import")
+        if summary.launches == 0:
+            run.warn(f"listener ncu: {report.name} holds no profiled kernel")
+            return
+        values: dict[str, float | None] = {
+            "kernels/count": float(summary.launches),
+            "kernels/unique": float(summary.unique),
+            "kernels/total_duration_ms": summary.total_ns / 1e6 if summary.timed else None,
+        }
+        run.emit(samples_from(time.time(), self.name, values))
+        table = run.workdir / "ncu" / "kernels.csv"
+        write_csv(table, KERNEL_COLUMNS, summary.table())
+        run.attach(table, ARTIFACT_DIR)

@@ -117,11 +117,11 @@ def launch(options: LaunchOptions) -> int:
         listener_options=options.listener_options,
     )
     say(f"run {run.info.run_name} ({run.run_id}) in experiment {exp_id} at {redact(uri)}")
-    child = Child(
-        run.wrap(argv), child_env(original_env, uri, run, options.devices), run.output_log
-    )
+    env = child_env(original_env, uri, run, options.devices)
+    child = Child(argv, env, run.output_log)
     supervisor = Supervisor([child], say, options.grace_s, options.max_time_min)
     try:
+        child.argv = run.wrap(argv)
         with supervisor:
             try:
                 child.start()

@@ -1,0 +1,292 @@
+"""check() and setup(): the two calls the workload runner makes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from radt.collocation import mig, mps, nvsmi, power
+from radt.collocation.common import (
+    MODES,
+    Slot,
+    SlotRequest,
+    describe_gpus,
+    find_gpu,
+    list_gpus,
+    mig_mode,
+    watts,
+    where,
+)
+from radt.collocation.teardown import Teardown
+from radt.errors import RadtError
+
+Gpus = list[nvsmi.GpuListing]
+
+
+def check(
+    requests: list[SlotRequest], power_limits: dict[int, float], plan_name: str = "plan"
+) -> list[str]:
+    """Every problem with setting up ``requests`` and ``power_limits``, one line each.
+
+    Reads the GPU (``nvidia-smi -L``, MIG mode, ``mig -lgip``/``-lgi``, ``-q -d
+    POWER``, MPS daemons) and changes nothing. Each message starts with
+    ``<plan_name> line N`` (or ``lines N, M``).
+    """
+    problems: list[str] = []
+
+    def add(message: str) -> None:
+        if message not in problems:
+            problems.append(message)
+
+    def at(lines: list[int]) -> str:
+        return where(plan_name, lines)
+
+    for r in requests:
+        for message in _request_problems(r):
+            add(f"{at([r.line])}: {message}")
+    gpu_rows = [r for r in requests if r.mode in ("mps", "mig")]
+    mps_rows = [r for r in requests if r.mode == "mps"]
+    power_lines = [r.line for r in requests if _raw_index(r) in power_limits]
+    smi_lines = [r.line for r in gpu_rows] + power_lines
+    needs_smi = bool(gpu_rows or power_limits)
+    if needs_smi and not nvsmi.available(nvsmi.SMI):
+        what = " and ".join(
+            [m for m in ("mig", "mps") if any(r.mode == m for r in gpu_rows)]
+            + (["a power limit"] if power_limits else [])
+        )
+        add(f"{at(smi_lines)}: {what} needs nvidia-smi, which is not on PATH")
+    if mps_rows and not nvsmi.available(nvsmi.MPS_CONTROL):
+        add(
+            f"{at([r.line for r in mps_rows])}: mps needs nvidia-cuda-mps-control, "
+            "which is not on PATH"
+        )
+    naive_rows = [r for r in requests if r.mode == "naive" and r.device is not None]
+    gpus: Gpus | None = None
+    if nvsmi.available(nvsmi.SMI) and (needs_smi or naive_rows):
+        try:
+            gpus = list_gpus()
+        except RadtError as exc:
+            if needs_smi:
+                add(f"{at(smi_lines)}: {exc}")
+    if gpus is None:
+        for lines, message in _mixing(requests, None):
+            add(f"{at(lines)}: {message}")
+        return problems
+
+    by_gpu: dict[int, list[SlotRequest]] = {}
+    for r in requests:
+        if r.mode not in ("naive", "mps", "mig") or (r.mode == "naive" and r.device is None):
+            continue
+        gpu = find_gpu(r.device, gpus)
+        if gpu is None:
+            add(f"{at([r.line])}: GPU {r.device} does not exist here; {_lists(gpus)}")
+            continue
+        by_gpu.setdefault(gpu.index, []).append(r)
+    daemons: list[mps.Daemon] | None = None
+    for index, rows in sorted(by_gpu.items()):
+        gpu = next(g for g in gpus if g.index == index)
+        mixed = _mixing(rows, gpu)
+        for lines, message in mixed:
+            add(f"{at(lines)}: {message}")
+        if mixed:
+            continue
+        mig_rows = [r for r in rows if r.mode == "mig"]
+        if mig_rows:
+            for message in mig.check_gpu(gpu, mig_rows, at):
+                add(message)
+        whole = [r for r in rows if r.mode in ("naive", "mps")]
+        if whole and (mode := mig_mode(index)) and mode[0] == "Enabled":
+            kind = "/".join(sorted({r.mode for r in whole}))
+            add(
+                f"{at([r.line for r in whole])}: GPU {index} ({gpu.name}) is in MIG mode, so "
+                f"{kind} runs would get one MIG slice at most; give them MIG profiles, or have "
+                f"someone with root turn MIG off (`sudo nvidia-smi -i {index} -mig 0`)"
+            )
+        if daemons is None:
+            daemons = mps.running_daemons(gpus)
+        for message in mps.check_gpu(gpu, rows, daemons, at):
+            add(message)
+    for device, limit in power_limits.items():
+        gpu = find_gpu(device, gpus)
+        lines = [r.line for r in requests if _index_on(r, gpus) == (gpu.index if gpu else None)]
+        if gpu is None:
+            lines = [r.line for r in requests if _raw_index(r) == device]
+            add(
+                f"{at(lines)}: power limit {watts(limit)} W for GPU {device}, which does not "
+                f"exist here; {_lists(gpus)}"
+            )
+            continue
+        for message in power.check_gpu(gpu, limit, at(lines)):
+            add(message)
+    return problems
+
+
+def setup(
+    requests: list[SlotRequest],
+    power_limits: dict[int, float],
+    workdir: Path,
+    teardown: Teardown,
+    warn: Callable[[str], None],
+    *,
+    plan_name: str = "plan",
+) -> tuple[list[Slot], dict[str, str]]:
+    """Set the devices up; return one Slot per request (same order) and artifacts.
+
+    Order: power limits, then MIG instances, then MPS daemons. Each change
+    registers its undo step in ``teardown`` as soon as it is made; the caller
+    runs ``teardown`` whatever happens, also when this raises (RadtError with
+    a one-line message naming the plan line, or an interruption).
+    Artifacts: ``power_limits.txt``, ``mig_placement.txt``, ``mps.txt``.
+    """
+
+    def at(lines: list[int]) -> str:
+        return where(plan_name, lines)
+
+    workdir = Path(workdir)
+    for r in requests:
+        problems = _request_problems(r)
+        if problems:
+            raise RadtError(f"{at([r.line])}: {problems[0]}")
+    needs_smi = bool(power_limits) or any(r.mode in ("mps", "mig") for r in requests)
+    gpus: Gpus = list_gpus() if needs_smi else []
+    located: dict[int, nvsmi.GpuListing] = {}  # position in requests -> GPU
+    for pos, r in enumerate(requests):
+        gpu = find_gpu(r.device, gpus) if gpus else None
+        if gpu is None and r.mode in ("mps", "mig"):
+            raise RadtError(f"{at([r.line])}: GPU {r.device} does not exist here; {_lists(gpus)}")
+        if gpu is not None and not (r.mode in ("none", "naive") and r.device is None):
+            located[pos] = gpu
+    on_gpu: dict[int, tuple[nvsmi.GpuListing, list[SlotRequest]]] = {}
+    for pos, gpu in located.items():
+        on_gpu.setdefault(gpu.index, (gpu, []))[1].append(requests[pos])
+    for gpu, rows in on_gpu.values():
+        mixed = _mixing(rows, gpu)
+        if mixed:
+            raise RadtError(f"{at(mixed[0][0])}: {mixed[0][1]}")
+    slots = [Slot() for _ in requests]
+    artifacts: dict[str, str] = {}
+
+    limits_by_index: dict[int, float] = {}
+    notes = []
+    for device, limit in sorted(power_limits.items(), key=lambda item: str(item[0])):
+        gpu = find_gpu(device, gpus)
+        lines = [requests[p].line for p, g in located.items() if gpu and g.index == gpu.index]
+        if gpu is None:
+            raise RadtError(f"{at(lines)}: power limit for GPU {device}: no such GPU here")
+        notes.append(power.setup_gpu(gpu, limit, teardown, at(lines)))
+        limits_by_index[gpu.index] = limit
+    if notes:
+        artifacts["power_limits.txt"] = "".join(notes)
+
+    texts = []
+    for index, positions in _groups(requests, located, "mig").items():
+        made, text = mig.setup_gpu(
+            located[positions[0]], [requests[p] for p in positions], teardown, warn, at
+        )
+        texts.append(text)
+        for pos, m in zip(positions, made, strict=True):
+            slots[pos].env = {"CUDA_VISIBLE_DEVICES": m.uuid}
+            slots[pos].devices = [m.uuid]
+            slots[pos].tags = {
+                "radt.mig_profile": m.profile.name,
+                "radt.mig_instance": (
+                    f"GPU {index} GPU instance {m.gi} compute instance {m.ci} at {m.placement}"
+                ),
+            }
+    if texts:
+        artifacts["mig_placement.txt"] = "\n".join(texts)
+
+    texts = []
+    for index, positions in _groups(requests, located, "mps").items():
+        env, text = mps.setup_gpu(
+            located[positions[0]], [requests[p] for p in positions], workdir, teardown, at
+        )
+        texts.append(text)
+        for pos in positions:
+            r = requests[pos]
+            slots[pos].env = dict(env)
+            slots[pos].devices = [str(index)]
+            if r.mps_thread_pct is not None:
+                slots[pos].env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(r.mps_thread_pct)
+                slots[pos].tags["radt.mps_thread_pct"] = str(r.mps_thread_pct)
+    if texts:
+        artifacts["mps.txt"] = "\n".join(texts)
+
+    for pos, r in enumerate(requests):
+        slot = slots[pos]
+        if r.mode in ("none", "naive") and r.device is not None:
+            device = str(located[pos].index) if pos in located else str(r.device).strip()
+            slot.env = {"CUDA_VISIBLE_DEVICES": device}
+            slot.devices = [device]
+        slot.tags["radt.collocation"] = r.mode
+        if slot.devices:
+            slot.tags["radt.devices"] = ",".join(slot.devices)
+        gpu = located.get(pos)
+        if gpu is not None and gpu.index in limits_by_index:
+            slot.tags["radt.power_limit_w"] = watts(limits_by_index[gpu.index])
+    return slots, artifacts
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _request_problems(r: SlotRequest) -> list[str]:
+    problems = []
+    if r.mode not in MODES:
+        problems.append(f"unknown collocation mode {r.mode!r} (one of {', '.join(MODES)})")
+    elif r.mode == "mig" and not (r.mig_profile or "").strip():
+        problems.append("mig needs a MIG profile, e.g. 3g.20gb")
+    if r.mps_thread_pct is not None:
+        if r.mode != "mps":
+            problems.append("an active thread percentage applies to mps rows only")
+        elif not 1 <= r.mps_thread_pct <= 100:
+            problems.append(
+                f"MPS active thread percentage {r.mps_thread_pct} must be from 1 to 100"
+            )
+    return problems
+
+
+def _mixing(rows: list[SlotRequest], gpu: nvsmi.GpuListing | None) -> list[tuple[list[int], str]]:
+    """Rows that cannot share a GPU: mig or mps next to any other mode."""
+    groups: dict[str, list[SlotRequest]] = {}
+    for r in rows:
+        if r.mode in ("naive", "mps", "mig"):
+            raw = r.device if r.device is not None else 0
+            key = str(gpu.index) if gpu is not None else str(raw)
+            groups.setdefault(key, []).append(r)
+    found = []
+    for key, members in groups.items():
+        modes = {r.mode for r in members}
+        if len(modes) > 1 and modes & {"mps", "mig"}:
+            name = f"GPU {key}" + (f" ({gpu.name})" if gpu is not None else "")
+            if modes >= {"mps", "mig"}:
+                why = "radT does not mix MIG slices and MPS on one GPU"
+            else:
+                why = f"{' and '.join(sorted(modes))} rows cannot share one GPU"
+            found.append(([r.line for r in members], f"{name}: {why}"))
+    return found
+
+
+def _groups(
+    requests: list[SlotRequest], located: dict[int, nvsmi.GpuListing], mode: str
+) -> dict[int, list[int]]:
+    """Positions of the ``mode`` rows, by GPU index."""
+    groups: dict[int, list[int]] = {}
+    for pos, r in enumerate(requests):
+        if r.mode == mode:
+            groups.setdefault(located[pos].index, []).append(pos)
+    return dict(sorted(groups.items()))
+
+
+def _raw_index(r: SlotRequest) -> int | None:
+    text = "0" if r.device is None else str(r.device).strip()
+    return int(text) if text.isdigit() else None
+
+
+def _index_on(r: SlotRequest, gpus: Gpus) -> int | None:
+    gpu = find_gpu(r.device, gpus)
+    return gpu.index if gpu is not None else None
+
+
+def _lists(gpus: Gpus) -> str:
+    return f"nvidia-smi -L lists {describe_gpus(gpus)}"

@@ -14,7 +14,8 @@ def launcher_parser() -> argparse.ArgumentParser:
     """Options of ``radt [options] COMMAND...``."""
     parser = argparse.ArgumentParser(
         prog="radt",
-        usage="radt [options] COMMAND [ARGS...]   (or: radt sync [FOLDER], radt listeners)",
+        usage="radt [options] COMMAND [ARGS...] | radt [options] PLAN.csv "
+        "| radt sync [FOLDER] | radt listeners",
         description="Run a training command as an MLflow run, with hardware listeners. "
         "A .py file runs with this Python; anything after -- runs as given.",
     )
@@ -62,6 +63,20 @@ def launcher_parser() -> argparse.ArgumentParser:
         "every sample stays in radt/samples.parquet",
     )
     parser.add_argument("--tracking-uri", help="overrides MLFLOW_TRACKING_URI")
+    parser.add_argument(
+        "--rerun", action="store_true", help="plans: run FAILED workloads again (FINISHED never)"
+    )
+    parser.add_argument(
+        "--modes",
+        metavar="MODES",
+        help="plans: run only workloads whose collocation is among these, e.g. none+naive+mps",
+    )
+    parser.add_argument(
+        "--power-limit",
+        type=float,
+        metavar="WATTS",
+        help="plans: cap the power of the workloads' GPUs (restored afterwards)",
+    )
     parser.add_argument("--version", action="store_true", help="print radT's version")
     return parser
 
@@ -127,9 +142,33 @@ def run_launcher(argv: list[str]) -> int:
     if not command:
         parser.print_usage(sys.stderr)
         raise UsageError("no command given; try `radt examples/train.py --epochs 1`")
-    for name, value in (("--interval", args.interval), ("--max-time", args.max_time)):
+    for name, value in (
+        ("--interval", args.interval),
+        ("--max-time", args.max_time),
+        ("--power-limit", args.power_limit),
+    ):
         if value is not None and value <= 0:
             raise UsageError(f"{name} must be positive, got {value:g}")
+    if command[0].endswith(".csv") and len(command) == 1:
+        from pathlib import Path
+
+        from radt.workload import PlanOptions, run_plan
+
+        return run_plan(
+            PlanOptions(
+                path=Path(command[0]),
+                rerun=args.rerun,
+                listeners=args.listeners,
+                listener_options=parse_listener_options(args.listener_option),
+                interval_s=args.interval,
+                max_time_min=args.max_time,
+                grace_s=args.grace,
+                window_s=args.window,
+                tracking_uri=args.tracking_uri,
+                power_limit_w=args.power_limit,
+                modes=set(args.modes.replace(",", "+").split("+")) if args.modes else None,
+            )
+        )
     options = LaunchOptions(
         command=command,
         experiment=args.experiment,

@@ -1,0 +1,351 @@
+"""Running a plan: the runs of each workload start together under their collocation.
+
+A workload is a parent MLflow run that records the device-wide listeners;
+each row of the plan is a child run with its own command and run-scoped
+listeners. The collocation backends set the devices up, and their teardown
+always runs, whatever happens to the commands or to radT.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from radt import collocation
+from radt.child import Child
+from radt.command import resolve_argv
+from radt.errors import RadtError, UsageError
+from radt.launcher import child_env, open_store, run_params, run_tags
+from radt.listener import Listener
+from radt.plan import Plan, Row, Workload, read_plan
+from radt.registry import Discovered, discover, select
+from radt.session import RecordedRun, say
+from radt.supervise import Outcome, Supervisor
+from radt.tracking import experiment_id
+
+COLOURS = ("36", "33", "35", "32", "34", "31")
+SEVERITY = {"FINISHED": 0, "FAILED": 1, "KILLED": 2}
+
+
+@dataclass
+class PlanOptions:
+    """What the command line asked for, for a plan."""
+
+    path: Path
+    rerun: bool = False
+    listeners: str | None = None
+    listener_options: dict[str, dict[str, str]] = field(default_factory=dict)
+    interval_s: float | None = None
+    max_time_min: float | None = None
+    grace_s: float = 10.0
+    window_s: float = 1.0
+    tracking_uri: str | None = None
+    power_limit_w: float | None = None
+    modes: set[str] | None = None
+    """Run only workloads whose every row's collocation mode is in this set."""
+
+
+def run_plan(options: PlanOptions) -> int:
+    """Run every pending workload of the plan in order; return the worst exit code."""
+    plan = read_plan(options.path)
+    pending = _selected(plan, options)
+    skipped = len(plan.workloads) - len(pending)
+    if skipped:
+        say(
+            f"skipping {skipped} workload(s): done already (--rerun runs FAILED ones again)"
+            + (" or not among --modes" if options.modes else "")
+        )
+    if not pending:
+        say(f"nothing to run in {options.path}")
+        return 0
+    found = discover()
+    check_plan(plan, pending, options, found)
+    client, uri, original_env = open_store(options.tracking_uri)
+    worst = 0
+    # SIGTERM and SIGHUP outside a running workload (e.g. during MIG setup) must
+    # still reach the teardown: they interrupt like Ctrl-C.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+    for workload in pending:
+        runner = WorkloadRunner(plan, workload, options, found, client, uri, original_env)
+        code = runner.run()
+        worst = worst or code
+        if runner.interrupted:
+            say("interrupted; the remaining workloads run the next time the plan runs")
+            break
+    return worst
+
+
+def _interrupt(signum: int, _frame) -> None:
+    raise KeyboardInterrupt(f"radT received {signal.Signals(signum).name}")
+
+
+def check_plan(
+    plan: Plan, pending: list[Workload], options: PlanOptions, found: dict[str, Discovered]
+) -> None:
+    """Raise UsageError with every problem found before anything starts, one per line."""
+    name = plan.path.name
+    problems = []
+    for workload in pending:
+        for row in workload.rows:
+            try:
+                resolve_argv(row.command)
+            except UsageError as exc:
+                problems.append(f"{name} line {row.line}: {exc}")
+            try:
+                select(row.listeners or options.listeners, found)
+            except UsageError as exc:
+                problems.append(f"{name} line {row.line}: {exc}")
+        try:
+            limits = _power_limits(workload, options.power_limit_w)
+        except UsageError as exc:
+            problems.append(f"{name} {exc}")
+            continue
+        problems += collocation.check(_requests(workload), limits, name)
+    if problems:
+        count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
+        raise UsageError(f"{name} has {count}; nothing was started:\n  " + "\n  ".join(problems))
+
+
+def _selected(plan: Plan, options: PlanOptions) -> list[Workload]:
+    pending = plan.pending(options.rerun)
+    if options.modes is None:
+        return pending
+    return [w for w in pending if {row.collocation.mode for row in w.rows} <= options.modes]
+
+
+def _requests(workload: Workload) -> list[collocation.SlotRequest]:
+    return [
+        collocation.SlotRequest(
+            line=row.line,
+            letter=row.letter,
+            device=row.devices[0] if row.devices else None,
+            mode=row.collocation.mode,
+            mps_thread_pct=row.collocation.mps_thread_pct,
+            mig_profile=row.collocation.mig_profile,
+        )
+        for row in workload.rows
+    ]
+
+
+def _power_limits(workload: Workload, override: float | None) -> dict[int, float]:
+    """Watts per GPU index: ``--power-limit`` for every GPU of the workload, else the column."""
+    limits: dict[int, float] = {}
+    for row in workload.rows:
+        watts = override if override is not None else row.power_limit_w
+        if watts is None:
+            continue
+        for device in row.devices or ["0"]:
+            if not device.isdigit():
+                raise UsageError(
+                    f"line {row.line}: a power limit needs GPU indices in Devices, not {device}"
+                )
+            limits[int(device)] = watts
+    return limits
+
+
+def workload_tags(workload: Workload, limits: dict[int, float]) -> dict[str, str]:
+    """The tags shared by a workload's parent run and its runs."""
+    modes = sorted({row.collocation.mode for row in workload.rows})
+    mode = modes[0] if len(modes) == 1 else "+".join(modes)
+    profiles = [row.collocation.mig_profile for row in workload.rows if row.collocation.mig_profile]
+    return {
+        "radt.workload": workload.name,
+        "radt.collocation": mode,
+        "radt.mig_profile": "+".join(profiles) if profiles else "-",
+        "radt.power_limit_w": "+".join(f"{w:g}" for w in limits.values()) or "-",
+        "radt.workload_runs": str(len(workload.rows)),
+    }
+
+
+class WorkloadRunner:
+    """Runs one workload: set up, start every run together, wait, tear down, record."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        workload: Workload,
+        options: PlanOptions,
+        found: dict[str, Discovered],
+        client,
+        uri: str,
+        original_env: dict[str, str],
+    ) -> None:
+        self.plan = plan
+        self.workload = workload
+        self.options = options
+        self.client = client
+        self.uri = uri
+        self.original_env = original_env
+        self.limits = _power_limits(workload, options.power_limit_w)
+        self.experiment_id = experiment_id(client, workload.experiment)
+        self.row_listeners = {
+            row.line: select(row.listeners or options.listeners, found) for row in workload.rows
+        }
+        self.teardown = collocation.Teardown()
+        self.runs: list[RecordedRun] = []
+        self.children: list[Child] = []
+        self.slots: list[collocation.Slot] = []
+        self.supervisor: Supervisor | None = None
+        self.interrupted = False
+
+    def run(self) -> int:
+        """Run the workload to its end; return its worst exit code."""
+        self.parent = self._parent_run()
+        say(f"workload {self.workload.label}: parent run {self.parent.run_id}")
+        codes: list[int] = []
+        failure: BaseException | None = None
+        try:
+            self.slots, artifacts = collocation.setup(
+                _requests(self.workload),
+                self.limits,
+                self.parent.folder.path / "collocation",
+                self.teardown,
+                say,
+                plan_name=self.plan.path.name,
+            )
+            self._keep(artifacts)
+            for index, (row, slot) in enumerate(zip(self.workload.rows, self.slots, strict=True)):
+                self._prepare(index, row, slot)
+            self.supervisor = Supervisor(
+                self.children, say, self.options.grace_s, self.options.max_time_min
+            )
+            with self.supervisor:
+                self._start()
+                codes = self.supervisor.wait()
+                self._keep(collocation.after_start(self.slots))
+        except BaseException as exc:  # noqa: BLE001 - every failure ends in teardown and a record
+            failure = exc
+        finally:
+            self._stop_children()
+            for problem in self.teardown.run(say):
+                self.parent.state.tags.setdefault("radt.teardown_failed", problem[:5000])
+        return self._close(codes, failure)
+
+    def _parent_run(self) -> RecordedRun:
+        device_listeners: dict[str, Listener] = {}
+        for chosen in self.row_listeners.values():
+            for listener in chosen:
+                if listener.scope == "device":
+                    device_listeners.setdefault(listener.name, listener)
+        devices = sorted({d for row in self.workload.rows for d in row.devices})
+        return RecordedRun(
+            self.client,
+            self.uri,
+            self.experiment_id,
+            tags={
+                **workload_tags(self.workload, self.limits),
+                "radt.devices": ",".join(devices) or "all",
+                "radt.listeners": "+".join(device_listeners) or "none",
+                "radt.plan": str(self.plan.path),
+            },
+            params={},
+            listeners=list(device_listeners.values()),
+            run_name=self.workload.name,
+            window_s=self.options.window_s,
+            interval_s=self.options.interval_s,
+            devices=devices,
+            listener_options=self.options.listener_options,
+        )
+
+    def _prepare(self, index: int, row: Row, slot: collocation.Slot) -> None:
+        listeners = self.row_listeners[row.line]
+        run = RecordedRun(
+            self.client,
+            self.uri,
+            self.experiment_id,
+            tags={
+                **run_tags(row.command, listeners, slot.devices),
+                **workload_tags(self.workload, self.limits),
+                **slot.tags,
+                "radt.letter": row.letter,
+                "radt.plan_line": str(row.line),
+            },
+            params=run_params(row.command),
+            listeners=[listener for listener in listeners if listener.scope != "device"],
+            run_name=row.name or f"{self.workload.name}-{row.letter}",
+            parent_run_id=self.parent.run_id,
+            window_s=self.options.window_s,
+            interval_s=self.options.interval_s,
+            devices=slot.devices,
+            listener_options=self.options.listener_options,
+        )
+        self.runs.append(run)
+        env = child_env({**self.original_env, **row.env}, self.uri, run, [])
+        env.update(slot.env)
+        if sys.stdout.isatty():
+            prefix = f"\x1b[{COLOURS[index % len(COLOURS)]}m[{row.letter}]\x1b[0m "
+        else:
+            prefix = f"[{row.letter}] "
+        argv = run.wrap(resolve_argv(row.command))
+        self.children.append(Child(argv, env, run.output_log, prefix))
+
+    def _start(self) -> None:
+        for child, run in zip(self.children, self.runs, strict=True):
+            try:
+                child.start()
+            except OSError as exc:
+                raise RadtError(f"cannot start {child.argv[0]}: {exc.strerror or exc}") from exc
+            run.start_listeners(child.pid)
+            run.capture_environment()
+        # Device-wide listeners see every run: the runs are all descendants of radT.
+        self.parent.start_listeners(os.getpid())
+        self.parent.capture_environment()
+        self._keep(collocation.after_start(self.slots))
+
+    def _stop_children(self) -> None:
+        for child in self.children:
+            if child.process is not None and child.poll() is None:
+                child.signal_group(signal.SIGKILL)
+                child.process.wait()
+            if child.process is not None:
+                child.reap_group(grace_s=1.0)
+                child.join_output()
+
+    def _keep(self, artifacts: dict[str, str]) -> None:
+        folder = self.parent.folder.attachments / "radt" / "collocation"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in artifacts.items():
+            (folder / name).write_text(text)
+
+    def _outcome(self, index: int, codes: list[int], failure: BaseException | None) -> Outcome:
+        if failure is None and self.supervisor is not None and index < len(codes):
+            return self.supervisor.judge(codes[index])
+        if isinstance(failure, KeyboardInterrupt) or (
+            self.supervisor is not None and self.supervisor.signum is not None
+        ):
+            return Outcome("KILLED", 130, {"radt.stop_reason": "radT was interrupted"})
+        return Outcome("FAILED", 1, {"radt.stop_reason": f"radT could not run it: {failure}"})
+
+    def _close(self, codes: list[int], failure: BaseException | None) -> int:
+        results: dict[int, tuple[str, str]] = {}
+        worst = Outcome("FINISHED", 0)
+        for index, row in enumerate(self.workload.rows):
+            outcome = self._outcome(index, codes, failure)
+            if index < len(self.runs):
+                run = self.runs[index]
+                run.state.tags.update(outcome.tags)
+                run.close(outcome.status, outcome.exit_code)
+                results[row.line] = (outcome.status, run.run_id)
+            else:
+                results[row.line] = (outcome.status, "")
+            if SEVERITY.get(outcome.status, 1) > SEVERITY.get(worst.status, 1):
+                worst = Outcome(outcome.status, worst.exit_code)
+            worst.exit_code = worst.exit_code or outcome.exit_code
+        if failure is not None:
+            self.parent.state.note = f"workload stopped: {failure or type(failure).__name__}"
+        self.parent.state.tags["radt.exit_code"] = str(worst.exit_code)
+        self.parent.close(worst.status, worst.exit_code)
+        self.plan.record(self.workload, results)
+        say(f"workload {self.workload.label}: {worst.status}")
+        self.interrupted = isinstance(failure, KeyboardInterrupt) or (
+            self.supervisor is not None and self.supervisor.signum is not None
+        )
+        if isinstance(failure, RadtError):
+            say(f"error: {failure}")
+        elif failure is not None and not isinstance(failure, KeyboardInterrupt):
+            raise failure
+        return worst.exit_code

@@ -1,8 +1,9 @@
 """Train a small CNN on synthetic CIFAR-shaped data; logs its loss with plain MLflow.
 
 Runs on a CPU in seconds. Under radT (``radt examples/train.py --epochs 1``)
-the loss lands in the run radT created, through ``MLFLOW_RUN_ID``; on its own
-it makes a run of its own.
+the loss lands in the run radT created, through ``MLFLOW_RUN_ID``, and
+``radt.log_examples``/``radt.log_epoch`` record examples and epochs for the
+time- and energy-per-example summaries; on its own it makes a run of its own.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import time
 import mlflow
 import torch
 from torch import nn
+
+import radt
 
 
 def parse_args() -> argparse.Namespace:
@@ -74,6 +77,7 @@ def main() -> None:
             loss = loss_fn(model(x), y)
             loss.backward()
             optimiser.step()
+            radt.log_examples(len(index))
             if step % 10 == 0:
                 mlflow.log_metric("loss", loss.item(), step=step)
             step += 1
@@ -81,6 +85,7 @@ def main() -> None:
         throughput = args.examples / seconds
         mlflow.log_metric("examples_per_s", throughput, step=epoch)
         print(f"epoch {epoch}: loss {loss.item():.4f}, {throughput:.0f} examples/s", flush=True)
+        radt.log_epoch(epoch)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,17 @@
 """radT: experiment tracking for deep-learning training on shared GPUs, on MLflow."""
 
 from radt.listener import Listener, PolledListener, RunContext, Sample
+from radt.run_api import Run, log_epoch, log_examples
 
 __version__ = "0.3.0.dev0"
 
-__all__ = ["Listener", "PolledListener", "RunContext", "Sample", "__version__"]
+__all__ = [
+    "Listener",
+    "PolledListener",
+    "Run",
+    "RunContext",
+    "Sample",
+    "__version__",
+    "log_epoch",
+    "log_examples",
+]

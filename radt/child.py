@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -26,9 +27,11 @@ def _libc_prctl():
 _prctl = _libc_prctl()
 
 
-def _die_with_radt() -> None:  # runs in the child between fork and exec
+def _die_with_radt(radt_pid: int) -> None:  # runs in the child between fork and exec
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != radt_pid:  # radT died before the death signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 class Child:
@@ -63,7 +66,7 @@ class Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_die_with_radt,
+            preexec_fn=functools.partial(_die_with_radt, os.getpid()),
         )
         for source, terminal in (
             (self.process.stdout, sys.stdout),

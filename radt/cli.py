@@ -48,6 +48,12 @@ def launcher_parser() -> argparse.ArgumentParser:
         "--max-time", type=float, metavar="MINUTES", help="stop the command after this long"
     )
     parser.add_argument(
+        "--max-epochs",
+        type=int,
+        metavar="N",
+        help="end the command cleanly after N epochs (scripts that call radt.log_epoch)",
+    )
+    parser.add_argument(
         "--grace",
         type=float,
         default=10.0,
@@ -146,6 +152,7 @@ def run_launcher(argv: list[str]) -> int:
         ("--interval", args.interval),
         ("--max-time", args.max_time),
         ("--power-limit", args.power_limit),
+        ("--max-epochs", args.max_epochs),
     ):
         if value is not None and value <= 0:
             raise UsageError(f"{name} must be positive, got {value:g}")
@@ -166,6 +173,7 @@ def run_launcher(argv: list[str]) -> int:
                 window_s=args.window,
                 tracking_uri=args.tracking_uri,
                 power_limit_w=args.power_limit,
+                max_epochs=args.max_epochs,
                 modes=set(args.modes.replace(",", "+").split("+")) if args.modes else None,
             )
         )
@@ -179,6 +187,7 @@ def run_launcher(argv: list[str]) -> int:
         interval_s=args.interval,
         devices=[d.strip() for d in args.devices.split(",")] if args.devices else [],
         max_time_min=args.max_time,
+        max_epochs=args.max_epochs,
         grace_s=args.grace,
         window_s=args.window,
         tracking_uri=args.tracking_uri,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -10,6 +11,17 @@ from mlflow.entities import Metric
 from radt.listener import Sample
 
 MLFLOW_PREFIX = "system/"
+MAX_KEY = 250
+_KEY_CHARS = re.compile(r"^[\w\-. /:]+$")
+
+
+def mlflow_key_problem(key: str) -> str | None:
+    """Why MLflow would refuse ``system/<key>`` as a metric name, or None."""
+    if len(MLFLOW_PREFIX + key) > MAX_KEY:
+        return f"longer than {MAX_KEY} characters with the {MLFLOW_PREFIX} prefix"
+    if not _KEY_CHARS.match(key) or "//" in key or key.startswith("/"):
+        return "has characters MLflow does not allow in metric names"
+    return None
 
 
 @dataclass
@@ -27,9 +39,14 @@ class Decimator:
     window's index since ``origin_s`` as its step, so the same samples always
     give the same points: a resend after a failure is idempotent in MLflow.
     A window closes when the key's next window begins, or on :meth:`flush`.
+    Keys MLflow would refuse are left out of the stream (they stay in the
+    samples artifact) and listed in :attr:`rejected`.
     """
 
     def __init__(self, window_s: float, origin_s: float) -> None:
+        self.rejected: dict[str, str] = {}
+        """Keys left out of the stream (MLflow would refuse them), with the reason."""
+        self._valid: set[str] = set()
         self.window_us = max(1, round(window_s * 1e6))
         self.origin_bucket = round(origin_s * 1e6) // self.window_us
         self._open: dict[str, _Window] = {}
@@ -38,6 +55,12 @@ class Decimator:
         """Take samples in arrival order; return the points of windows they closed."""
         closed: list[Metric] = []
         for timestamp, key, value in samples:
+            if key not in self._valid:
+                problem = mlflow_key_problem(key)
+                if problem:
+                    self.rejected[key] = problem
+                    continue
+                self._valid.add(key)
             # Whole microseconds, as the spool keeps them, so a resend from the
             # spool puts every sample in the same window as the live stream did.
             micros = round(timestamp * 1e6)

@@ -19,7 +19,7 @@ from radt.decimate import Decimator
 from radt.listener import Sample
 from radt.runfolder import RunFolder, RunState
 from radt.spool import compact, read_spool
-from radt.writer import MAX_BATCH
+from radt.writer import MAX_BATCH, is_permanent
 
 SAMPLES_ARTIFACT = "radt/samples.parquet"
 DOING = {
@@ -75,7 +75,11 @@ def summary_points(folder: RunFolder, state: RunState) -> list[Metric]:
 
 def _log_points(client: MlflowClient, run_id: str, points: list[Metric]) -> None:
     for first in range(0, len(points), MAX_BATCH):
-        client.log_batch(run_id, metrics=points[first : first + MAX_BATCH], synchronous=True)
+        try:
+            client.log_batch(run_id, metrics=points[first : first + MAX_BATCH], synchronous=True)
+        except Exception as exc:
+            if not is_permanent(exc):
+                raise
 
 
 def finish(

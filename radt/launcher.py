@@ -37,6 +37,7 @@ class LaunchOptions:
     interval_s: float | None = None
     devices: list[str] = field(default_factory=list)
     max_time_min: float | None = None
+    max_epochs: int | None = None
     grace_s: float = 10.0
     window_s: float = 1.0
     tracking_uri: str | None = None
@@ -80,7 +81,11 @@ def run_params(command: list[str]) -> dict[str, str]:
 
 
 def child_env(
-    base: dict[str, str], uri: str, run: RecordedRun, devices: list[str]
+    base: dict[str, str],
+    uri: str,
+    run: RecordedRun,
+    devices: list[str],
+    max_epochs: int | None = None,
 ) -> dict[str, str]:
     """The command's environment: the user's, plus how to join the run."""
     env = dict(base)
@@ -94,6 +99,8 @@ def child_env(
     env.setdefault("PYTHONUNBUFFERED", "1")
     if devices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    if max_epochs:
+        env["RADT_MAX_EPOCHS"] = str(max_epochs)
     return env
 
 
@@ -117,7 +124,7 @@ def launch(options: LaunchOptions) -> int:
         listener_options=options.listener_options,
     )
     say(f"run {run.info.run_name} ({run.run_id}) in experiment {exp_id} at {redact(uri)}")
-    env = child_env(original_env, uri, run, options.devices)
+    env = child_env(original_env, uri, run, options.devices, options.max_epochs)
     child = Child(argv, env, run.output_log)
     supervisor = Supervisor([child], say, options.grace_s, options.max_time_min)
     try:

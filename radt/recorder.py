@@ -39,6 +39,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._spool_failed = False
+        self._reported: set[str] = set()
         self._thread = threading.Thread(target=self._loop, name="radt-recorder", daemon=True)
 
     def emit(self, samples: Iterable[Sample]) -> None:
@@ -77,6 +78,12 @@ class Recorder:
         self.received += len(batch)
         self._spool(batch)
         self.writer.put(self.decimator.add(batch))
+        for key in self.decimator.rejected.keys() - self._reported:
+            self._reported.add(key)
+            self.warn(
+                f"metric {key!r} {self.decimator.rejected[key]}: it stays in "
+                "radt/samples.parquet but is not sent to MLflow's metrics"
+            )
 
     def _spool(self, batch: list[Sample]) -> None:
         pending = self.unspooled + batch

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,8 @@ class RunState:
     note: str | None = None
     pending: list[str] = field(default_factory=lambda: list(STEPS))
     tags: dict[str, str] = field(default_factory=dict)
+    host: str = field(default_factory=socket.gethostname)
+    """Where radT recorded it: only ``radt sync`` on that host can tell whether it still runs."""
 
 
 class RunFolder:

@@ -97,12 +97,13 @@ def read_spool(folder: Path) -> tuple[pa.Table, list[str]]:
             with pa.OSFile(str(path), "rb") as source:
                 reader = ipc.open_stream(source)
                 if reader.schema != SCHEMA:
-                    raise ValueError(f"unexpected schema {reader.schema}")
+                    raise ValueError(f"unexpected columns {reader.schema.names}")
                 for batch in reader:
                     batches.append(batch)
                     read += batch.num_rows
         except (pa.ArrowInvalid, OSError, ValueError) as exc:
-            problems.append(f"{path.name}: kept {read} samples, skipped the rest ({exc})")
+            reason = " ".join(str(exc).split())[:200]
+            problems.append(f"{path.name}: kept {read} samples, skipped the rest ({reason})")
     return pa.Table.from_batches(batches, schema=SCHEMA), problems
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,12 @@ def sync(root: Path) -> int:
     incomplete = 0
     for folder in folders:
         state = folder.load()
+        if state.status == "RUNNING" and state.host != socket.gethostname():
+            _say(
+                f"run {state.run_id} is being recorded on {state.host}; "
+                f"run `radt sync` there to finish it (skipped)"
+            )
+            continue
         if state.status == "RUNNING":
             if launcher_alive(state):
                 _say(f"run {state.run_id} is still being recorded (radT pid {state.pid}); skipped")

@@ -44,6 +44,7 @@ class PlanOptions:
     window_s: float = 1.0
     tracking_uri: str | None = None
     power_limit_w: float | None = None
+    max_epochs: int | None = None
     modes: set[str] | None = None
     """Run only workloads whose every row's collocation mode is in this set."""
 
@@ -274,7 +275,9 @@ class WorkloadRunner:
             listener_options=self.options.listener_options,
         )
         self.runs.append(run)
-        env = child_env({**self.original_env, **row.env}, self.uri, run, [])
+        env = child_env(
+            {**self.original_env, **row.env}, self.uri, run, [], self.options.max_epochs
+        )
         env.update(slot.env)
         if sys.stdout.isatty():
             prefix = f"\x1b[{COLOURS[index % len(COLOURS)]}m[{row.letter}]\x1b[0m "

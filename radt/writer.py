@@ -10,6 +10,13 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch request
+# Answers that no retry can change: bad input, a deleted or finished run.
+PERMANENT = {"INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "BAD_REQUEST", "INVALID_STATE"}
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether MLflow refused the request for good, rather than failing to answer."""
+    return getattr(exc, "error_code", None) in PERMANENT
 
 
 class BatchWriter:
@@ -36,6 +43,7 @@ class BatchWriter:
         self.max_backoff_s = max_backoff_s
         self.sent = 0
         self.failures = 0
+        self.refused = 0
         self._pending: list[Metric] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -60,9 +68,15 @@ class BatchWriter:
         with self._lock:
             return len(self._pending)
 
-    def close(self, timeout_s: float) -> int:
-        """Send what is queued, trying for at most ``timeout_s``; return how many are unsent."""
+    def close(self, timeout_s: float, outage_timeout_s: float = 5.0) -> int:
+        """Send what is queued; return how many points are unsent.
+
+        Tries for at most ``timeout_s``, or ``outage_timeout_s`` when the
+        server is already known to be down (``radt sync`` sends the rest).
+        """
         self._closing = True
+        if self._outage_since is not None:
+            timeout_s = min(timeout_s, outage_timeout_s)
         self._deadline = time.monotonic() + timeout_s
         self._wake.set()
         self._thread.join()
@@ -99,6 +113,14 @@ class BatchWriter:
         try:
             self.client.log_batch(self.run_id, metrics=batch, synchronous=True)
         except Exception as exc:
+            if is_permanent(exc):
+                if not self.refused:
+                    self.warn(
+                        f"MLflow refused metric points ({_short(exc)}); they are dropped from "
+                        "the live stream and stay in radt/samples.parquet"
+                    )
+                self.refused += len(batch)
+                return True
             self.failures += 1
             if self._outage_since is None:
                 self._outage_since = time.monotonic()

@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -100,6 +101,11 @@ def workspace(tmp_path, template_db) -> Workspace:
     root = tmp_path / "ws"
     root.mkdir()
     shutil.copy(template_db, root / "mlflow.db")
+    with sqlite3.connect(root / "mlflow.db") as db:  # the template's artifacts pointed elsewhere
+        db.execute(
+            "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+            (str(root / "mlruns" / "0"),),
+        )
     env = dict(os.environ)
     for name in list(env):
         if name.startswith(("MLFLOW_", "RADT_")):

@@ -1,0 +1,268 @@
+"""``radt export`` (samples or summary to CSV/Parquet) and ``radt runs`` (a table of runs)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from radt.errors import UsageError
+
+FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def export_parser() -> argparse.ArgumentParser:
+    """Options of ``radt export``."""
+    parser = argparse.ArgumentParser(
+        prog="radt export",
+        usage="radt export -e EXPERIMENT [--runs ID ...] [--keys KEY ...] "
+        "[--summary | --wide FREQ] --format csv|parquet -o FILE",
+        description="Write the samples of runs (one row per sample, as radt.load returns "
+        "them), or their summary (one row per run and per workload, as radt.summary), "
+        "to a CSV or Parquet file.",
+    )
+    parser.add_argument("-e", "--experiment", help="experiment name or id")
+    parser.add_argument("--runs", nargs="+", metavar="ID", help="run ids (with their workload)")
+    parser.add_argument(
+        "--keys",
+        nargs="+",
+        metavar="KEY",
+        help="keys or patterns, e.g. nvml/gpu0/power_w 'top/*' (default: all)",
+    )
+    parser.add_argument(
+        "--start", metavar="TIME", help="ISO time (UTC unless it says), or seconds from run start"
+    )
+    parser.add_argument("--end", metavar="TIME", help="as --start")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument(
+        "--summary", action="store_true", help="one row per run and per workload instead"
+    )
+    what.add_argument(
+        "--wide",
+        metavar="FREQ",
+        help="one column per key, averaged over bins of FREQ (e.g. 1s) from each run's start",
+    )
+    parser.add_argument("--format", choices=("csv", "parquet"), help="default: from -o's suffix")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="- for stdout (csv)")
+    parser.add_argument(
+        "--tracking-uri", help="overrides MLFLOW_TRACKING_URI (default ./mlflow.db)"
+    )
+    return parser
+
+
+def _time(text: str | None) -> float | str | None:
+    """A number is seconds from each run's start; anything else a time string."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        try:
+            pd.Timestamp(text)
+        except ValueError as exc:
+            raise UsageError(
+                f"cannot read {text!r} as a time: give seconds from the run's start (60) "
+                "or an ISO time (2024-05-01T12:00:00Z)"
+            ) from exc
+        return text
+
+
+def _format(args: argparse.Namespace) -> str:
+    if args.format:
+        return args.format
+    found = FORMATS.get(Path(args.output).suffix.lower())
+    if found is None:
+        raise UsageError(
+            f"cannot tell the format of {args.output!r}; add --format csv or --format parquet"
+        )
+    return found
+
+
+def run_export(argv: list[str]) -> int:
+    """``radt export``: samples, wide samples or the summary of runs, to CSV or Parquet."""
+    from radt.load import load, load_wide
+    from radt.summary import summary
+
+    args = export_parser().parse_args(argv)
+    fmt = _format(args)
+    if args.output == "-" and fmt != "csv":
+        raise UsageError("only csv can go to stdout (-o -); name a file for parquet")
+    if args.summary and (args.keys or args.start or args.end):
+        raise UsageError("--summary takes no --keys, --start or --end (it uses every sample)")
+    selection = {
+        "experiment": args.experiment,
+        "runs": args.runs,
+        "tracking_uri": args.tracking_uri,
+    }
+    if args.summary:
+        frame = summary(**selection)
+        what = "summary rows"
+    else:
+        bounds = {"keys": args.keys, "start": _time(args.start), "end": _time(args.end)}
+        if args.wide:
+            try:
+                pd.Timedelta(args.wide)
+            except ValueError as exc:
+                raise UsageError(
+                    f"--wide takes a duration such as 1s or 500ms, not {args.wide!r}"
+                ) from exc
+            frame = load_wide(**selection, **bounds, freq=args.wide).reset_index()
+            what = "rows"
+        else:
+            frame = load(**selection, **bounds)
+            what = "samples"
+    runs = frame["run_id"].nunique() if "run_id" in frame else 0
+    if args.output == "-":
+        frame.to_csv(sys.stdout, index=False)
+    else:
+        target = Path(args.output)
+        if target.parent and not target.parent.exists():
+            raise UsageError(f"folder {target.parent} does not exist")
+        if fmt == "csv":
+            frame.to_csv(target, index=False)
+        else:
+            frame.to_parquet(target, index=False)
+    print(
+        f"radt: wrote {len(frame):,} {what} of {runs} run(s) to {args.output}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------- radt runs
+
+
+def runs_parser() -> argparse.ArgumentParser:
+    """Options of ``radt runs``."""
+    parser = argparse.ArgumentParser(
+        prog="radt runs",
+        description="Without -e: list the experiments. With -e: a table of its workloads and "
+        "runs with their collocation, time and energy per example.",
+    )
+    parser.add_argument("-e", "--experiment", help="experiment name or id")
+    parser.add_argument(
+        "--tracking-uri", help="overrides MLFLOW_TRACKING_URI (default ./mlflow.db)"
+    )
+    return parser
+
+
+def _duration(seconds: float) -> str:
+    """``3725.2`` → ``1:02:05``; ``42.4`` → ``0:42``."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _si(value: float, unit: str) -> str:
+    """``0.0123, "J"`` → ``12.3 mJ``."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "µ")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value / 1e-9:.3g} n{unit}"
+
+
+def _number(value: float, digits: int = 1) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(header), *(line(row) for row in rows)])
+
+
+def runs_table(frame: pd.DataFrame) -> str:
+    """The text table of ``radt runs`` for a :func:`radt.summary` frame."""
+    header = [
+        "name",
+        "status",
+        "collocation",
+        "workload",
+        "duration",
+        "examples/s",
+        "time/example",
+        "energy/example",
+        "slowdown",
+        "run id",
+    ]
+    rows = []
+    for row in frame.itertuples(index=False):
+        name = str(row.run_name or "-")
+        if row.level == "client":
+            name = f"  {row.letter or '-'}: {name}"
+        rows.append(
+            [
+                name,
+                str(row.status or "-"),
+                str(row.collocation or "-"),
+                str(row.workload or "-"),
+                _duration(row.duration_s),
+                _number(row.examples_per_s),
+                _si(row.time_per_example_ns * 1e-9, "s"),
+                _si(row.energy_per_example_nj * 1e-9, "J"),
+                _number(row.slowdown, 2),
+                str(row.run_id),
+            ]
+        )
+    return _table(header, rows, right={4, 5, 6, 7, 8})
+
+
+def run_runs(argv: list[str]) -> int:
+    """``radt runs``: the experiments, or the runs of one with their summary figures."""
+    from radt.load import open_client
+    from radt.summary import summary
+
+    args = runs_parser().parse_args(argv)
+    if args.experiment is None:
+        client = open_client(args.tracking_uri)
+        experiments = []
+        token = None
+        while True:
+            page = client.search_experiments(max_results=1000, page_token=token)
+            experiments.extend(page)
+            token = page.token
+            if not token:
+                break
+        rows = [
+            [
+                str(exp.experiment_id),
+                exp.name,
+                str(_stamp(exp.last_update_time or exp.creation_time)),
+            ]
+            for exp in experiments
+        ]
+        print(_table(["id", "experiment", "last update (UTC)"], rows, right={0}))
+        print("\n`radt runs -e NAME` shows the runs of one.", file=sys.stderr)
+        return 0
+    frame = summary(args.experiment, tracking_uri=args.tracking_uri)
+    if frame.empty:
+        print(f"experiment {args.experiment!r} has no runs", file=sys.stderr)
+        return 0
+    print(runs_table(frame))
+    if frame["examples"].isna().all():
+        print(
+            "\nno run reports examples: call radt.log_examples(n) in the training script "
+            "(or log a metric named `examples`) for per-example figures",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _stamp(millis: int | None) -> str:
+    if not millis:
+        return "-"
+    return pd.Timestamp(millis, unit="ms", tz="UTC").strftime("%Y-%m-%d %H:%M")

@@ -1,0 +1,627 @@
+"""Loading recorded runs into pandas: tidy (one row per sample) or wide (one column per key).
+
+Where the samples of a run come from:
+
+- a run that has ended (FINISHED, FAILED or KILLED) is read from its
+  ``radt/samples.parquet`` artifact, every sample at full rate. The artifact is
+  downloaded once into ``<cache_dir>/<run_id>/samples.parquet`` (default
+  ``$RADT_HOME/cache``; a finished run's artifact does not change) and only
+  the keys and times asked for are kept, filtering on the dictionary of keys
+  before anything is decoded;
+- a run that is still RUNNING (its artifact does not exist yet), or one that
+  has no such artifact (made by the original radT, by MLflow's own system
+  metrics or by plain ``mlflow.log_metric``), is read from MLflow's metric
+  history instead, one ``get_metric_history`` per key, many at once. For radT's
+  own keys that is the decimated stream (about one mean point per second);
+- the metrics the training script logs itself (``loss``, ``examples``,
+  ``epoch`` …) are not in the artifact: they are read from the metric history
+  of every run, with the listener ``mlflow``.
+
+Keys are radT's (``nvml/gpu0/power_w``): MLflow's ``system/`` prefix is
+stripped. The aggregate metrics ``summary/...`` that radT logs at the end of a
+run are not samples and are never loaded (see :func:`radt.summary.summary`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from radt.errors import UsageError
+
+SAMPLES_ARTIFACT = "radt/samples.parquet"
+TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
+MLFLOW_PREFIX = "system/"
+SUMMARY_PREFIX = "summary/"
+SCRIPT_LISTENER = "mlflow"
+"""The ``listener`` of the metrics a training script logs itself."""
+MAX_THREADS = 16
+
+TAG_COLUMNS: dict[str, str | None] = {
+    "run_name": None,
+    "status": None,
+    "parent_run_id": "mlflow.parentRunId",
+    "workload": "radt.workload",
+    "collocation": "radt.collocation",
+    "mig_profile": "radt.mig_profile",
+    "mps_thread_pct": "radt.mps_thread_pct",
+    "power_limit_w": "radt.power_limit_w",
+    "letter": "radt.letter",
+}
+"""Run columns of the tidy frame and the MLflow tag each comes from (None: run info)."""
+SAMPLE_COLUMNS = ("run_id", "key", "timestamp", "value", "listener", "entity")
+TIDY_COLUMNS = (*SAMPLE_COLUMNS, *TAG_COLUMNS)
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+_TS = pa.timestamp("us", tz="UTC")
+_SAMPLES = pa.schema(
+    [
+        ("timestamp", _TS),
+        ("key", _DICT),
+        ("value", pa.float64()),
+        ("listener", _DICT),
+        ("entity", _DICT),
+    ]
+)
+_TIDY = pa.schema(
+    [
+        ("run_id", _DICT),
+        ("key", _DICT),
+        ("timestamp", _TS),
+        ("value", pa.float64()),
+        ("listener", _DICT),
+        ("entity", _DICT),
+        *((name, _DICT) for name in TAG_COLUMNS),
+    ]
+)
+
+TimeBound = datetime | date | pd.Timestamp | str | float | int | timedelta | None
+"""A ``start``/``end`` bound: absolute (datetime, Timestamp, ISO string; naive means
+UTC) or relative to each run's start (seconds as a number, or a timedelta)."""
+
+
+# --------------------------------------------------------------------------- store
+
+
+def open_client(tracking_uri: str | None = None):
+    """An ``MlflowClient`` for ``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else ./mlflow.db.
+
+    Raises UsageError when no store is named and ./mlflow.db does not exist
+    (rather than creating an empty one), TrackingUnreachable when the store
+    does not answer.
+    """
+    from radt.tracking import DEFAULT_DB, connect, resolve_tracking_uri
+
+    uri, embedded = resolve_tracking_uri(tracking_uri)
+    if embedded and not (Path.cwd() / DEFAULT_DB).exists():
+        raise UsageError(
+            f"no tracking store: MLFLOW_TRACKING_URI is not set and there is no {DEFAULT_DB} "
+            f"in {Path.cwd()}; set it, pass --tracking-uri (tracking_uri=), "
+            "or work in the folder where radT ran"
+        )
+    return connect(uri)
+
+
+def find_experiment(client, name_or_id: str):
+    """The experiment named (or numbered) ``name_or_id``; UsageError when there is none."""
+    experiment = client.get_experiment_by_name(str(name_or_id))
+    if experiment is None and str(name_or_id).isdigit():
+        with contextlib.suppress(Exception):
+            experiment = client.get_experiment(str(name_or_id))
+    if experiment is None or experiment.lifecycle_stage == "deleted":
+        raise UsageError(
+            f"no experiment named {name_or_id!r} at {_store_name(client)}; "
+            "`radt runs` lists the experiments (as does `mlflow experiments search`)"
+        )
+    return experiment
+
+
+def search_all(client, experiment_ids: Sequence[str], filter_string: str = "") -> list:
+    """Every active run of the experiments (all pages), oldest first."""
+    found: list = []
+    token = None
+    while True:
+        page = client.search_runs(
+            list(experiment_ids),
+            filter_string,
+            max_results=10_000,
+            order_by=["attributes.start_time ASC"],
+            page_token=token,
+        )
+        found.extend(page)
+        token = page.token
+        if not token:
+            return found
+
+
+def select_runs(
+    client,
+    experiment: str | None,
+    runs: Iterable[str] | None,
+    include_workload: bool = True,
+) -> list:
+    """The MLflow runs that ``experiment`` and ``runs`` select, oldest first.
+
+    With both, the runs must belong to the experiment. With ``include_workload``,
+    the workload (parent) run of each selected run is added: the device-wide
+    series (power, energy) of a workload are recorded in its parent run.
+    """
+    if experiment is None and runs is None:
+        raise UsageError("name an experiment (experiment=, -e) or runs (runs=, --runs)")
+    exp = find_experiment(client, experiment) if experiment is not None else None
+    if runs is None:
+        return search_all(client, [exp.experiment_id])
+    wanted = list(dict.fromkeys(str(r) for r in ([runs] if isinstance(runs, str) else runs)))
+    chosen = [_get_run(client, run_id) for run_id in wanted]
+    if exp is not None:
+        outside = [r.info.run_id for r in chosen if r.info.experiment_id != exp.experiment_id]
+        if outside:
+            raise UsageError(
+                f"run {outside[0]} is not in experiment {exp.name!r}; "
+                "leave out -e/experiment= or choose runs of that experiment"
+            )
+    if include_workload:
+        have = {r.info.run_id for r in chosen}
+        for run in list(chosen):
+            parent = run.data.tags.get("mlflow.parentRunId")
+            if parent and parent not in have:
+                with contextlib.suppress(UsageError):
+                    chosen.append(_get_run(client, parent))
+                    have.add(parent)
+    return sorted(chosen, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+
+
+def _get_run(client, run_id: str):
+    try:
+        return client.get_run(run_id)
+    except Exception as exc:
+        raise UsageError(
+            f"no run with id {run_id!r} at {_store_name(client)} ({_first_line(exc)})"
+        ) from exc
+
+
+def _store_name(client) -> str:
+    from radt.tracking import redact
+
+    inner = getattr(client, "_tracking_client", None)
+    return redact(str(getattr(inner, "tracking_uri", None) or "the tracking store"))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def run_columns(run) -> dict[str, str | None]:
+    """The run columns of the tidy frame for one MLflow run (``-`` tags become None)."""
+    tags = run.data.tags
+    values: dict[str, str | None] = {}
+    for column, tag in TAG_COLUMNS.items():
+        if column == "run_name":
+            value = run.info.run_name
+        elif column == "status":
+            value = run.info.status
+        else:
+            value = tags.get(tag)
+        values[column] = None if value in (None, "", "-") else str(value)
+    return values
+
+
+# --------------------------------------------------------------------------- keys and times
+
+
+class KeyFilter:
+    """Exact keys and shell-style patterns (``nvml/*/power_w``; ``*`` also matches ``/``)."""
+
+    def __init__(self, keys: Iterable[str] | None) -> None:
+        if isinstance(keys, str):
+            keys = [keys]
+        self.everything = keys is None
+        wanted = [k[len(MLFLOW_PREFIX) :] if k.startswith(MLFLOW_PREFIX) else k for k in keys or []]
+        self.exact = {k for k in wanted if not any(c in k for c in "*?[")}
+        self.patterns = [k for k in wanted if k not in self.exact]
+
+    def __call__(self, key: str) -> bool:
+        """Whether ``key`` (without ``system/``) is asked for."""
+        if self.everything or key in self.exact:
+            return True
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.patterns)
+
+
+def _bound(value: TimeBound, run_start: pd.Timestamp) -> pd.Timestamp | None:
+    """An absolute UTC bound: numbers and timedeltas count from the run's start."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError("start/end must be a time, a timedelta or seconds, not a bool")
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return run_start + pd.Timedelta(seconds=float(value))
+    if isinstance(value, (timedelta, pd.Timedelta)):
+        return run_start + pd.Timedelta(value)
+    stamp = pd.Timestamp(value)
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+def run_start(run) -> pd.Timestamp:
+    """The run's MLflow start time, UTC."""
+    return pd.Timestamp(run.info.start_time or 0, unit="ms", tz="UTC")
+
+
+def describe_key(mlflow_key: str) -> tuple[str, str, str]:
+    """An MLflow metric name as ``(key, listener, entity)`` of the tidy frame.
+
+    ``system/nvml/gpu0/power_w`` → ``(nvml/gpu0/power_w, nvml, gpu0)`` (as the
+    samples artifact has it); the original radT's ``system/SMI - Power Draw`` →
+    listener ``smi``; MLflow's own ``system/gpu_0_power_usage_watts`` → listener
+    ``system``; a metric of the training script (``loss``) → listener ``mlflow``.
+    """
+    from radt.spool import _split_key
+
+    if not mlflow_key.startswith(MLFLOW_PREFIX):
+        return mlflow_key, SCRIPT_LISTENER, ""
+    key = mlflow_key[len(MLFLOW_PREFIX) :]
+    if key.count("/") >= 2:
+        listener, entity = _split_key(key)
+        return key, listener, entity
+    if " - " in key:
+        return key, key.split(" - ", 1)[0].strip().lower() or "system", ""
+    return key, "system", ""
+
+
+# --------------------------------------------------------------------------- sources
+
+
+@dataclass
+class _Plan:
+    """What to read for one run."""
+
+    run: Any
+    lo: pd.Timestamp | None
+    hi: pd.Timestamp | None
+    artifact: Path | None = None
+    source: str = "metrics"
+
+
+def cached_samples(client, run, cache_dir: Path) -> Path | None:
+    """The local copy of the run's samples artifact, downloaded on first use; None if absent.
+
+    Only a run that has ended is cached (its artifact no longer changes). The
+    download lands in a temporary folder beside the cache entry and is renamed
+    into place, so an interrupted download never leaves a partial file.
+    """
+    run_id = run.info.run_id
+    target = cache_dir / run_id / "samples.parquet"
+    if target.exists():
+        return target
+    if run.info.status not in TERMINAL:
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".download-", dir=target.parent))
+    try:
+        try:
+            local = client.download_artifacts(run_id, SAMPLES_ARTIFACT, str(scratch))
+        except Exception:
+            return None  # no artifact: the run is read from its metric history
+        if not Path(local).is_file():
+            return None
+        os.replace(local, target)
+        return target
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def read_samples(
+    path: Path,
+    keys: KeyFilter,
+    lo: pd.Timestamp | None = None,
+    hi: pd.Timestamp | None = None,
+) -> pa.Table:
+    """The samples of one ``samples.parquet`` file whose key ``keys`` accepts, within [lo, hi].
+
+    Keys are matched on each chunk's dictionary (one check per distinct key),
+    and when few keys are wanted only the ``key`` column is read before the
+    rows are chosen.
+    """
+    parquet = pq.ParquetFile(path)
+    table = parquet.read(columns=["key"]) if not keys.everything else None
+    mask = None
+    if table is not None:
+        pieces = []
+        for chunk in table.column("key").chunks:
+            chunk = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
+            wanted = [i for i, k in enumerate(chunk.dictionary.to_pylist()) if keys(k)]
+            pieces.append(pc.is_in(chunk.indices, value_set=pa.array(wanted, chunk.indices.type)))
+        mask = pa.chunked_array(pieces, pa.bool_())
+        if not pc.any(mask).as_py():
+            return _SAMPLES.empty_table()
+    table = parquet.read(columns=list(_SAMPLES.names))
+    if mask is not None:
+        table = table.filter(mask)
+    if lo is not None or hi is not None:
+        stamps = table.column("timestamp")
+        keep = None
+        if lo is not None:
+            keep = pc.greater_equal(stamps, pa.scalar(lo.to_pydatetime(), _TS))
+        if hi is not None:
+            below = pc.less_equal(stamps, pa.scalar(hi.to_pydatetime(), _TS))
+            keep = below if keep is None else pc.and_(keep, below)
+        table = table.filter(keep)
+    return _conform(table)
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """Cast to the samples schema (dictionary keys, UTC microseconds)."""
+    columns = []
+    for field in _SAMPLES:
+        column = table.column(field.name)
+        if pa.types.is_dictionary(field.type) and not pa.types.is_dictionary(column.type):
+            column = pc.dictionary_encode(column.cast(pa.string()))
+        columns.append(column.cast(field.type))
+    return pa.table(columns, schema=_SAMPLES)
+
+
+def metric_history(
+    client,
+    run_id: str,
+    mlflow_key: str,
+    lo: pd.Timestamp | None = None,
+    hi: pd.Timestamp | None = None,
+) -> pa.Table:
+    """One metric's whole history as samples (the key as :func:`describe_key` names it)."""
+    points = client.get_metric_history(run_id, mlflow_key)
+    key, listener, entity = describe_key(mlflow_key)
+    millis = np.fromiter((p.timestamp for p in points), np.int64, len(points))
+    values = np.fromiter((p.value for p in points), np.float64, len(points))
+    order = np.argsort(millis, kind="stable")
+    micros, values = millis[order] * 1000, values[order]
+    keep = np.ones(len(micros), bool)
+    if lo is not None:
+        keep &= micros >= lo.value // 1000
+    if hi is not None:
+        keep &= micros <= hi.value // 1000
+    micros, values = micros[keep], values[keep]
+    return pa.table(
+        [
+            pa.array(micros, pa.int64()).cast(_TS),
+            _constant(key, len(micros)),
+            pa.array(values, pa.float64()),
+            _constant(listener, len(micros)),
+            _constant(entity, len(micros)),
+        ],
+        schema=_SAMPLES,
+    )
+
+
+def _constant(value: str | None, n: int) -> pa.DictionaryArray:
+    """A dictionary array of ``n`` times ``value`` (all null when None), without copies."""
+    if value is None:
+        return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
+    return pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string())
+    )
+
+
+def _sort_samples(table: pa.Table) -> pa.Table:
+    if table.num_rows == 0:
+        return table
+    order = pc.sort_indices(
+        pa.table({"t": table.column("timestamp"), "k": table.column("key").cast(pa.string())}),
+        sort_keys=[("t", "ascending"), ("k", "ascending")],
+    )
+    return table.take(order)
+
+
+def _script_keys(run, keys: KeyFilter, with_system: bool) -> list[str]:
+    """The run's MLflow metric names to read from history."""
+    names = []
+    for name in run.data.metrics:
+        if name.startswith(SUMMARY_PREFIX):
+            continue
+        if name.startswith(MLFLOW_PREFIX) and not with_system:
+            continue
+        if keys(describe_key(name)[0]):
+            names.append(name)
+    return sorted(names)
+
+
+def load_tables(
+    client,
+    selected: Sequence,
+    keys: KeyFilter,
+    start: TimeBound = None,
+    end: TimeBound = None,
+    cache_dir: Path | None = None,
+) -> tuple[dict[str, pa.Table], dict[str, str]]:
+    """The samples of each run as Arrow tables, and where they came from.
+
+    Returns ``({run_id: table}, {run_id: "artifact" | "metrics"})``: downloads
+    (or cache hits) and metric histories run on a pool of threads.
+    """
+    from radt.runfolder import radt_home
+
+    cache = Path(cache_dir) if cache_dir is not None else radt_home() / "cache"
+    plans = [
+        _Plan(run, _bound(start, run_start(run)), _bound(end, run_start(run))) for run in selected
+    ]
+    workers = max(1, min(MAX_THREADS, 4 * len(plans)))
+    with ThreadPoolExecutor(workers, thread_name_prefix="radt-load") as pool:
+        for plan, path in zip(
+            plans, pool.map(lambda p: cached_samples(client, p.run, cache), plans), strict=True
+        ):
+            plan.artifact = path
+            plan.source = "artifact" if path is not None else "metrics"
+        jobs = []
+        for index, plan in enumerate(plans):
+            run_id = plan.run.info.run_id
+            if plan.artifact is not None:
+                jobs.append(
+                    (index, pool.submit(read_samples, plan.artifact, keys, plan.lo, plan.hi))
+                )
+            for name in _script_keys(plan.run, keys, with_system=plan.artifact is None):
+                jobs.append(
+                    (index, pool.submit(metric_history, client, run_id, name, plan.lo, plan.hi))
+                )
+        parts: dict[int, list[pa.Table]] = {}
+        for index, future in jobs:
+            parts.setdefault(index, []).append(future.result())
+    tables: dict[str, pa.Table] = {}
+    for index, plan in enumerate(plans):
+        pieces = parts.get(index, [])
+        if plan.artifact is not None and len(pieces) == 1:
+            table = pieces[0]  # the artifact alone: already sorted by time, then key
+        elif pieces:
+            table = _sort_samples(pa.concat_tables(pieces))
+        else:
+            table = _SAMPLES.empty_table()
+        tables[plan.run.info.run_id] = table
+    return tables, {p.run.info.run_id: p.source for p in plans}
+
+
+def _tidy_table(selected: Sequence, tables: dict[str, pa.Table]) -> pa.Table:
+    pieces = []
+    for run in selected:
+        table = tables[run.info.run_id]
+        n = table.num_rows
+        columns = {"run_id": _constant(run.info.run_id, n)}
+        columns.update({name: table.column(name) for name in _SAMPLES.names})
+        columns.update({name: _constant(v, n) for name, v in run_columns(run).items()})
+        pieces.append(pa.table(columns).select(_TIDY.names).cast(_TIDY))
+    if not pieces:
+        return _TIDY.empty_table()
+    return pa.concat_tables(pieces)
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    frame = table.to_pandas()
+    if frame["timestamp"].dtype != "datetime64[us, UTC]":
+        frame["timestamp"] = frame["timestamp"].astype("datetime64[us, UTC]")
+    return frame
+
+
+# --------------------------------------------------------------------------- the API
+
+
+def load(
+    experiment: str | None = None,
+    runs: Iterable[str] | None = None,
+    keys: Iterable[str] | None = None,
+    start: TimeBound = None,
+    end: TimeBound = None,
+    *,
+    tracking_uri: str | None = None,
+    cache_dir: Path | None = None,
+    include_workload: bool = True,
+) -> pd.DataFrame:
+    """Every sample of the selected runs, one row per sample (tidy).
+
+    Args:
+        experiment: experiment name or id; all its active runs unless ``runs`` narrows them.
+        runs: run ids. With ``include_workload`` (default) the workload (parent)
+            run of each is loaded too, since a workload's device-wide series
+            (power, energy, utilisation) are recorded in its parent run.
+        keys: exact keys (``nvml/gpu0/power_w``) and shell-style patterns
+            (``nvml/*/power_w``, ``top/*``; ``*`` also matches ``/``); a leading
+            ``system/`` is ignored. None: every key, including the metrics the
+            training script logged (``loss``, ``examples``; listener ``mlflow``).
+        start, end: keep samples with ``start <= timestamp <= end``. A datetime,
+            Timestamp or string is an absolute time (naive means UTC); a number
+            (seconds) or a timedelta counts from each run's own start, so
+            ``start=60`` drops every run's first minute.
+        tracking_uri: else ``MLFLOW_TRACKING_URI``, else ./mlflow.db.
+        cache_dir: where samples artifacts are kept; default ``$RADT_HOME/cache``.
+
+    Returns:
+        Columns ``run_id, key, timestamp, value, listener, entity`` and the run's
+        ``run_name, status, parent_run_id, workload, collocation, mig_profile,
+        mps_thread_pct, power_limit_w, letter`` (tags as recorded, strings; a
+        tag that is absent or ``-`` is missing). ``timestamp`` is
+        ``datetime64[us, UTC]``, ``value`` float64, every text column categorical.
+        Rows are ordered by run (oldest first), then time, then key. ``frame.attrs
+        ["radt.source"]`` says for each run id whether its samples came from the
+        ``artifact`` (full rate) or MLflow's ``metrics`` (decimated).
+
+    Raises:
+        UsageError: unknown experiment or run, or no tracking store.
+    """
+    client = open_client(tracking_uri)
+    selected = select_runs(client, experiment, runs, include_workload)
+    tables, sources = load_tables(client, selected, KeyFilter(keys), start, end, cache_dir)
+    frame = _to_pandas(_tidy_table(selected, tables))
+    frame.attrs["radt.source"] = sources
+    return frame
+
+
+def load_wide(
+    experiment: str | None = None,
+    runs: Iterable[str] | None = None,
+    keys: Iterable[str] | None = None,
+    start: TimeBound = None,
+    end: TimeBound = None,
+    *,
+    tracking_uri: str | None = None,
+    cache_dir: Path | None = None,
+    include_workload: bool = True,
+    freq: str = "1s",
+) -> pd.DataFrame:
+    """The samples of :func:`load` pivoted to one column per key on a common time base.
+
+    Each run's time is cut into bins of ``freq`` (a pandas offset such as
+    ``"1s"``, ``"100ms"``) counted from the run's MLflow start, and each key's
+    samples in a bin are averaged. The index is ``(run_id, elapsed_s)``:
+    ``elapsed_s`` is the start of the bin in seconds since the run started, so
+    runs line up for comparison; the column ``timestamp`` is the bin's start in
+    UTC. A bin without any sample has no row; a key without a sample in a bin
+    is NaN. Columns are the keys, sorted. Other arguments are those of
+    :func:`load`; join run tags from :func:`radt.summary` on ``run_id``.
+    """
+    step = pd.Timedelta(freq)
+    if step <= pd.Timedelta(0):
+        raise UsageError(f"freq must be a positive duration, got {freq!r}")
+    client = open_client(tracking_uri)
+    selected = select_runs(client, experiment, runs, include_workload)
+    tables, sources = load_tables(client, selected, KeyFilter(keys), start, end, cache_dir)
+    frame = _to_pandas(_tidy_table(selected, tables).select(["run_id", "key", "timestamp", "value"]))
+    starts = pd.Series({r.info.run_id: run_start(r) for r in selected}, dtype="datetime64[us, UTC]")
+    if frame.empty:
+        wide = pd.DataFrame(
+            {"timestamp": pd.Series(dtype="datetime64[us, UTC]")},
+            index=pd.MultiIndex.from_arrays([[], []], names=["run_id", "elapsed_s"]),
+        )
+        wide.attrs["radt.source"] = sources
+        return wide
+    origin = frame["run_id"].map(starts).astype("datetime64[us, UTC]")
+    bins = (frame["timestamp"] - origin) // step
+    frame = frame.assign(bin=bins.to_numpy())
+    wide = frame.pivot_table(
+        index=["run_id", "bin"], columns="key", values="value", aggfunc="mean", observed=True
+    )
+    wide.columns = wide.columns.astype(str)
+    wide.columns.name = None
+    wide = wide.reindex(columns=sorted(wide.columns))
+    run_ids = wide.index.get_level_values("run_id").astype(str)
+    bin_index = wide.index.get_level_values("bin").to_numpy(np.int64)
+    elapsed = bin_index * step.total_seconds()
+    stamps = pd.DatetimeIndex(starts.reindex(run_ids).array) + pd.to_timedelta(
+        bin_index * step.value, unit="ns"
+    )
+    wide.insert(0, "timestamp", stamps.astype("datetime64[us, UTC]"))
+    wide.index = pd.MultiIndex.from_arrays([run_ids, elapsed], names=["run_id", "elapsed_s"])
+    order = {r.info.run_id: i for i, r in enumerate(selected)}
+    wide = wide.iloc[np.lexsort((elapsed, [order[r] for r in run_ids]))]
+    wide.attrs["radt.source"] = sources
+    return wide

@@ -30,6 +30,8 @@ class StreamedListener(Listener):
         self._stopping = threading.Event()
         self.lines = 0
         self.skipped = 0
+        self._last_line = ""
+        self._skips_reported = 0
 
     @abstractmethod
     def command(self, run: RunContext) -> list[str]:
@@ -68,7 +70,8 @@ class StreamedListener(Listener):
                 process.wait()
         if self._reader is not None:
             self._reader.join(self.stop_timeout_s)
-        if self.skipped and self.run is not None:
+        if self.skipped > self._skips_reported and self.run is not None:
+            self._skips_reported = self.skipped
             self.run.warn(
                 f"listener {self.name}: skipped {self.skipped} of {self.lines} output lines"
             )
@@ -79,6 +82,7 @@ class StreamedListener(Listener):
         warned = False
         for line in self.process.stdout:
             self.lines += 1
+            self._last_line = line.strip() or self._last_line
             try:
                 samples = self.parse(line.rstrip("\n"))
             except Exception as exc:
@@ -95,7 +99,8 @@ class StreamedListener(Listener):
         if self._errors is not None:
             self._errors.join(1.0)
         if not self._stopping.is_set():
-            tail = " | ".join(self._stderr) or "no error output"
+            # nvidia-smi and dcgmi print their errors on stdout.
+            tail = " | ".join(self._stderr) or self._last_line or "no output"
             self.run.warn(f"listener {self.name}: its tool exited with code {code} ({tail})")
 
     def _drain_stderr(self) -> None:

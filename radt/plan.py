@@ -198,10 +198,17 @@ def format_problems(path: Path | str, problems: list[Problem]) -> str:
 
 
 class PlanError(UsageError):
-    """A plan with problems; ``problems`` lists them all."""
+    """A plan with problems; ``problems`` lists them all.
 
-    def __init__(self, path: Path | str, problems: list[Problem]):
+    ``partial`` holds the rows that did parse, so that checks of their
+    commands, listeners and devices can be reported together with these.
+    """
+
+    def __init__(
+        self, path: Path | str, problems: list[Problem], partial: Plan | None = None
+    ) -> None:
         self.problems = sorted(problems, key=lambda p: p.line or 0)
+        self.partial = partial
         super().__init__(format_problems(path, self.problems))
 
 
@@ -787,7 +794,7 @@ def read_plan(path: Path, *, cwd: Path | None = None) -> Plan:
     for workload in workloads:
         problems += _workload_problems(workload)
     if problems:
-        raise PlanError(path, problems)
+        raise PlanError(path, problems, Plan(path, workloads))
     return Plan(path, workloads)
 
 

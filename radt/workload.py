@@ -9,6 +9,7 @@ always runs, whatever happens to the commands or to radT.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from radt.command import resolve_argv
 from radt.errors import RadtError, UsageError
 from radt.launcher import child_env, open_store, run_params, run_tags
 from radt.listener import Listener
-from radt.plan import Plan, Row, Workload, read_plan
+from radt.plan import Plan, PlanError, Row, Workload, format_problems, read_plan
 from radt.registry import Discovered, discover, select
 from radt.session import RecordedRun, say
 from radt.supervise import Outcome, Supervisor
@@ -51,8 +52,18 @@ class PlanOptions:
 
 def run_plan(options: PlanOptions) -> int:
     """Run every pending workload of the plan in order; return the worst exit code."""
-    plan = read_plan(options.path)
+    try:
+        plan, problems = read_plan(options.path), []
+    except PlanError as exc:
+        if exc.partial is None:
+            raise
+        plan = exc.partial
+        problems = [format_problems(options.path, [p]).splitlines()[1] for p in exc.problems]
     pending = _selected(plan, options)
+    found = discover()
+    problems += check_plan(plan, pending, options, found)
+    if problems:
+        raise UsageError(_report(options.path, problems))
     skipped = len(plan.workloads) - len(pending)
     if skipped:
         say(
@@ -62,8 +73,6 @@ def run_plan(options: PlanOptions) -> int:
     if not pending:
         say(f"nothing to run in {options.path}")
         return 0
-    found = discover()
-    check_plan(plan, pending, options, found)
     client, uri, original_env = open_store(options.tracking_uri)
     worst = 0
     # SIGTERM and SIGHUP outside a running workload (e.g. during MIG setup) must
@@ -80,15 +89,38 @@ def run_plan(options: PlanOptions) -> int:
     return worst
 
 
+def _report(path: Path, problems: list[str]) -> str:
+    """All problems, ordered by their first line number, under one count line."""
+
+    def first_line(problem: str) -> int:
+        match = re.search(r" lines? (\d+)", problem)
+        return int(match[1]) if match else 0
+
+    count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
+    ordered = sorted(dict.fromkeys(problems), key=first_line)
+    return f"{path} has {count}; nothing was started:\n" + "\n".join(ordered)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP outside a running workload: handled like Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"radT received {signal.Signals(signum).name}")
+        self.signum = signum
+
+
 def _interrupt(signum: int, _frame) -> None:
-    raise KeyboardInterrupt(f"radT received {signal.Signals(signum).name}")
+    raise Interrupted(signum)
 
 
 def check_plan(
     plan: Plan, pending: list[Workload], options: PlanOptions, found: dict[str, Discovered]
-) -> None:
-    """Raise UsageError with every problem found before anything starts, one per line."""
-    name = plan.path.name
+) -> list[str]:
+    """Problems with commands, listeners and devices of the pending workloads, one per line.
+
+    Reads the GPU, changes nothing.
+    """
+    name = str(plan.path)
     problems = []
     for workload in pending:
         for row in workload.rows:
@@ -106,9 +138,7 @@ def check_plan(
             problems.append(f"{name} {exc}")
             continue
         problems += collocation.check(_requests(workload), limits, name)
-    if problems:
-        count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
-        raise UsageError(f"{name} has {count}; nothing was started:\n  " + "\n  ".join(problems))
+    return problems
 
 
 def _selected(plan: Plan, options: PlanOptions) -> list[Workload]:
@@ -317,10 +347,15 @@ class WorkloadRunner:
     def _outcome(self, index: int, codes: list[int], failure: BaseException | None) -> Outcome:
         if failure is None and self.supervisor is not None and index < len(codes):
             return self.supervisor.judge(codes[index])
-        if isinstance(failure, KeyboardInterrupt) or (
-            self.supervisor is not None and self.supervisor.signum is not None
-        ):
-            return Outcome("KILLED", 130, {"radt.stop_reason": "radT was interrupted"})
+        if self.supervisor is not None and self.supervisor.signum is not None:
+            signum = self.supervisor.signum
+            return Outcome(
+                "KILLED", 128 + signum, {"radt.stop_reason": self.supervisor.reason or ""}
+            )
+        if isinstance(failure, KeyboardInterrupt):
+            signum = getattr(failure, "signum", signal.SIGINT)
+            reason = f"radT received {signal.Signals(signum).name}"
+            return Outcome("KILLED", 128 + signum, {"radt.stop_reason": reason})
         return Outcome("FAILED", 1, {"radt.stop_reason": f"radT could not run it: {failure}"})
 
     def _close(self, codes: list[int], failure: BaseException | None) -> int:
@@ -340,6 +375,11 @@ class WorkloadRunner:
             worst.exit_code = worst.exit_code or outcome.exit_code
         if failure is not None:
             self.parent.state.note = f"workload stopped: {failure or type(failure).__name__}"
+        reason = self.supervisor.reason if self.supervisor is not None else None
+        if reason is None and failure is not None:
+            reason = self._outcome(0, [], failure).tags.get("radt.stop_reason")
+        if reason:
+            self.parent.state.tags["radt.stop_reason"] = reason
         self.parent.state.tags["radt.exit_code"] = str(worst.exit_code)
         self.parent.close(worst.status, worst.exit_code)
         self.plan.record(self.workload, results)

@@ -1,7 +1,9 @@
 """radT: experiment tracking for deep-learning training on shared GPUs, on MLflow."""
 
 from radt.listener import Listener, PolledListener, RunContext, Sample
+from radt.load import load, load_wide
 from radt.run_api import Run, log_epoch, log_examples
+from radt.summary import summarize_samples, summary
 
 __version__ = "0.3.0.dev0"
 
@@ -12,6 +14,10 @@ __all__ = [
     "RunContext",
     "Sample",
     "__version__",
+    "load",
+    "load_wide",
     "log_epoch",
     "log_examples",
+    "summarize_samples",
+    "summary",
 ]

@@ -7,7 +7,7 @@ import sys
 
 from radt.errors import RadtError, UsageError
 
-SUBCOMMANDS = ("sync", "listeners")
+SUBCOMMANDS = ("sync", "listeners", "export", "runs", "ui")
 
 
 def launcher_parser() -> argparse.ArgumentParser:
@@ -15,7 +15,8 @@ def launcher_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radt",
         usage="radt [options] COMMAND [ARGS...] | radt [options] PLAN.csv "
-        "| radt sync [FOLDER] | radt listeners",
+        "| radt sync [FOLDER] | radt listeners | radt export -e EXPERIMENT ... "
+        "| radt runs [-e EXPERIMENT]",
         description="Run a training command as an MLflow run, with hardware listeners. "
         "A .py file runs with this Python; anything after -- runs as given.",
     )
@@ -235,6 +236,14 @@ def main(argv: list[str] | None = None) -> int:
             return run_sync(argv[1:])
         if argv and argv[0] == "listeners":
             return run_listeners(argv[1:])
+        if argv and argv[0] == "export":
+            from radt.export import run_export
+
+            return run_export(argv[1:])
+        if argv and argv[0] == "runs":
+            from radt.export import run_runs
+
+            return run_runs(argv[1:])
         return run_launcher(argv)
     except RadtError as exc:
         print(f"radt: error: {exc}", file=sys.stderr)

@@ -6,10 +6,12 @@ import argparse
 import math
 import sys
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from radt.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
@@ -55,6 +57,8 @@ def export_parser() -> argparse.ArgumentParser:
 
 def _time(text: str | None) -> float | str | None:
     """A number is seconds from each run's start; anything else a time string."""
+    import pandas as pd
+
     if text is None:
         return None
     try:
@@ -83,6 +87,8 @@ def _format(args: argparse.Namespace) -> str:
 
 def run_export(argv: list[str]) -> int:
     """``radt export``: samples, wide samples or the summary of runs, to CSV or Parquet."""
+    import pandas as pd
+
     from radt.load import load, load_wide
     from radt.summary import summary
 
@@ -263,6 +269,8 @@ def run_runs(argv: list[str]) -> int:
 
 
 def _stamp(millis: int | None) -> str:
+    import pandas as pd
+
     if not millis:
         return "-"
     return pd.Timestamp(millis, unit="ms", tz="UTC").strftime("%Y-%m-%d %H:%M")

@@ -7,6 +7,7 @@ running the remaining steps again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -53,12 +54,21 @@ def resend_metrics(client: MlflowClient, folder: RunFolder, state: RunState) -> 
     return len(points)
 
 
-def summary_points(folder: RunFolder, state: RunState) -> list[Metric]:
-    """Mean and max of every key in the compacted samples, as ``summary/<key>/mean|max``."""
-    table = pq.read_table(folder.path / "samples.parquet", columns=["key", "value"])
-    if table.num_rows == 0:
+def summary_points(
+    folder: RunFolder, state: RunState, examples: float | None = None
+) -> list[Metric]:
+    """The run's summary metrics, for MLflow's compare view.
+
+    ``summary/<key>/mean`` and ``/max`` of every key, and the run's figures
+    (energy, power, memory and, with examples, time and energy per example)
+    as ``summary/<figure>``.
+    """
+    from radt.summary import summarize_samples
+
+    samples = pq.read_table(folder.path / "samples.parquet", columns=["timestamp", "key", "value"])
+    if samples.num_rows == 0:
         return []
-    table = pa.table({"key": table["key"].cast(pa.string()), "value": table["value"]})
+    table = pa.table({"key": samples["key"].cast(pa.string()), "value": samples["value"]})
     grouped = table.group_by("key").aggregate([("value", "mean"), ("value", "max")])
     when = round((state.ended_s or state.started_s) * 1000)
     points = []
@@ -70,7 +80,19 @@ def summary_points(folder: RunFolder, state: RunState) -> list[Metric]:
     ):
         points.append(Metric(f"summary/{key}/mean", mean, when, 0))
         points.append(Metric(f"summary/{key}/max", peak, when, 0))
+    duration_s = (state.ended_s or state.started_s) - state.started_s
+    figures = summarize_samples(samples.to_pandas(), examples=examples, duration_s=duration_s)
+    points += [
+        Metric(f"summary/{name}", value, when, 0)
+        for name, value in figures.items()
+        if math.isfinite(value)
+    ]
     return points
+
+
+def _examples(client: MlflowClient, run_id: str) -> float | None:
+    """The run's last ``examples`` metric (radt.log_examples), if the script logged it."""
+    return client.get_run(run_id).data.metrics.get("examples")
 
 
 def _log_points(client: MlflowClient, run_id: str, points: list[Metric]) -> None:
@@ -96,7 +118,9 @@ def finish(
     steps: dict[str, Callable[[], None]] = {
         "metrics": lambda: resend_metrics(client, folder, state),
         "samples": lambda: _upload_samples(client, folder, state, warn),
-        "summary": lambda: _log_points(client, state.run_id, summary_points(folder, state)),
+        "summary": lambda: _log_points(
+            client, state.run_id, summary_points(folder, state, _examples(client, state.run_id))
+        ),
         "artifacts": lambda: _upload_attachments(client, folder, state),
         "status": lambda: _set_status(client, state),
     }

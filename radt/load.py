@@ -28,21 +28,22 @@ import contextlib
 import fnmatch
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from functools import cache
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from radt.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+# numpy, pandas and pyarrow are imported where they are used, so that
+# ``import radt`` (which exports load, load_wide and summary) stays light.
 
 SAMPLES_ARTIFACT = "radt/samples.parquet"
 TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
@@ -67,30 +68,38 @@ TAG_COLUMNS: dict[str, str | None] = {
 SAMPLE_COLUMNS = ("run_id", "key", "timestamp", "value", "listener", "entity")
 TIDY_COLUMNS = (*SAMPLE_COLUMNS, *TAG_COLUMNS)
 
-_DICT = pa.dictionary(pa.int32(), pa.string())
-_TS = pa.timestamp("us", tz="UTC")
-_SAMPLES = pa.schema(
-    [
-        ("timestamp", _TS),
-        ("key", _DICT),
-        ("value", pa.float64()),
-        ("listener", _DICT),
-        ("entity", _DICT),
-    ]
-)
-_TIDY = pa.schema(
-    [
-        ("run_id", _DICT),
-        ("key", _DICT),
-        ("timestamp", _TS),
-        ("value", pa.float64()),
-        ("listener", _DICT),
-        ("entity", _DICT),
-        *((name, _DICT) for name in TAG_COLUMNS),
-    ]
-)
 
-TimeBound = datetime | date | pd.Timestamp | str | float | int | timedelta | None
+@cache
+def _arrow() -> SimpleNamespace:
+    """The Arrow types and schemas of samples (built on first use)."""
+    import pyarrow as pa
+
+    text = pa.dictionary(pa.int32(), pa.string())
+    stamp = pa.timestamp("us", tz="UTC")
+    samples = pa.schema(
+        [
+            ("timestamp", stamp),
+            ("key", text),
+            ("value", pa.float64()),
+            ("listener", text),
+            ("entity", text),
+        ]
+    )
+    tidy = pa.schema(
+        [
+            ("run_id", text),
+            ("key", text),
+            ("timestamp", stamp),
+            ("value", pa.float64()),
+            ("listener", text),
+            ("entity", text),
+            *((name, text) for name in TAG_COLUMNS),
+        ]
+    )
+    return SimpleNamespace(text=text, stamp=stamp, samples=samples, tidy=tidy)
+
+
+TimeBound: TypeAlias = "datetime | date | pd.Timestamp | str | float | int | timedelta | None"
 """A ``start``/``end`` bound: absolute (datetime, Timestamp, ISO string; naive means
 UTC) or relative to each run's start (seconds as a number, or a timedelta)."""
 
@@ -245,6 +254,9 @@ class KeyFilter:
 
 def _bound(value: TimeBound, run_start: pd.Timestamp) -> pd.Timestamp | None:
     """An absolute UTC bound: numbers and timedeltas count from the run's start."""
+    import numpy as np
+    import pandas as pd
+
     if value is None:
         return None
     if isinstance(value, bool):
@@ -259,6 +271,8 @@ def _bound(value: TimeBound, run_start: pd.Timestamp) -> pd.Timestamp | None:
 
 def run_start(run) -> pd.Timestamp:
     """The run's MLflow start time, UTC."""
+    import pandas as pd
+
     return pd.Timestamp(run.info.start_time or 0, unit="ms", tz="UTC")
 
 
@@ -304,6 +318,8 @@ def cached_samples(client, run, cache_dir: Path) -> Path | None:
     download lands in a temporary folder beside the cache entry and is renamed
     into place, so an interrupted download never leaves a partial file.
     """
+    import tempfile
+
     run_id = run.info.run_id
     target = cache_dir / run_id / "samples.parquet"
     if target.exists():
@@ -337,6 +353,10 @@ def read_samples(
     and when few keys are wanted only the ``key`` column is read before the
     rows are chosen.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     parquet = pq.ParquetFile(path)
     table = parquet.read(columns=["key"]) if not keys.everything else None
     mask = None
@@ -348,17 +368,17 @@ def read_samples(
             pieces.append(pc.is_in(chunk.indices, value_set=pa.array(wanted, chunk.indices.type)))
         mask = pa.chunked_array(pieces, pa.bool_())
         if not pc.any(mask).as_py():
-            return _SAMPLES.empty_table()
-    table = parquet.read(columns=list(_SAMPLES.names))
+            return _arrow().samples.empty_table()
+    table = parquet.read(columns=list(_arrow().samples.names))
     if mask is not None:
         table = table.filter(mask)
     if lo is not None or hi is not None:
         stamps = table.column("timestamp")
         keep = None
         if lo is not None:
-            keep = pc.greater_equal(stamps, pa.scalar(lo.to_pydatetime(), _TS))
+            keep = pc.greater_equal(stamps, pa.scalar(lo.to_pydatetime(), _arrow().stamp))
         if hi is not None:
-            below = pc.less_equal(stamps, pa.scalar(hi.to_pydatetime(), _TS))
+            below = pc.less_equal(stamps, pa.scalar(hi.to_pydatetime(), _arrow().stamp))
             keep = below if keep is None else pc.and_(keep, below)
         table = table.filter(keep)
     return _conform(table)
@@ -366,13 +386,16 @@ def read_samples(
 
 def _conform(table: pa.Table) -> pa.Table:
     """Cast to the samples schema (dictionary keys, UTC microseconds)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     columns = []
-    for field in _SAMPLES:
+    for field in _arrow().samples:
         column = table.column(field.name)
         if pa.types.is_dictionary(field.type) and not pa.types.is_dictionary(column.type):
             column = pc.dictionary_encode(column.cast(pa.string()))
         columns.append(column.cast(field.type))
-    return pa.table(columns, schema=_SAMPLES)
+    return pa.table(columns, schema=_arrow().samples)
 
 
 def metric_history(
@@ -383,6 +406,9 @@ def metric_history(
     hi: pd.Timestamp | None = None,
 ) -> pa.Table:
     """One metric's whole history as samples (the key as :func:`describe_key` names it)."""
+    import numpy as np
+    import pyarrow as pa
+
     points = client.get_metric_history(run_id, mlflow_key)
     key, listener, entity = describe_key(mlflow_key)
     millis = np.fromiter((p.timestamp for p in points), np.int64, len(points))
@@ -397,18 +423,21 @@ def metric_history(
     micros, values = micros[keep], values[keep]
     return pa.table(
         [
-            pa.array(micros, pa.int64()).cast(_TS),
+            pa.array(micros, pa.int64()).cast(_arrow().stamp),
             _constant(key, len(micros)),
             pa.array(values, pa.float64()),
             _constant(listener, len(micros)),
             _constant(entity, len(micros)),
         ],
-        schema=_SAMPLES,
+        schema=_arrow().samples,
     )
 
 
 def _constant(value: str | None, n: int) -> pa.DictionaryArray:
     """A dictionary array of ``n`` times ``value`` (all null when None), without copies."""
+    import numpy as np
+    import pyarrow as pa
+
     if value is None:
         return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
     return pa.DictionaryArray.from_arrays(
@@ -417,6 +446,9 @@ def _constant(value: str | None, n: int) -> pa.DictionaryArray:
 
 
 def _sort_samples(table: pa.Table) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if table.num_rows == 0:
         return table
     order = pc.sort_indices(
@@ -452,6 +484,10 @@ def load_tables(
     Returns ``({run_id: table}, {run_id: "artifact" | "metrics"})``: downloads
     (or cache hits) and metric histories run on a pool of threads.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+
     from radt.runfolder import radt_home
 
     cache = Path(cache_dir) if cache_dir is not None else radt_home() / "cache"
@@ -487,22 +523,24 @@ def load_tables(
         elif pieces:
             table = _sort_samples(pa.concat_tables(pieces))
         else:
-            table = _SAMPLES.empty_table()
+            table = _arrow().samples.empty_table()
         tables[plan.run.info.run_id] = table
     return tables, {p.run.info.run_id: p.source for p in plans}
 
 
 def _tidy_table(selected: Sequence, tables: dict[str, pa.Table]) -> pa.Table:
+    import pyarrow as pa
+
     pieces = []
     for run in selected:
         table = tables[run.info.run_id]
         n = table.num_rows
         columns = {"run_id": _constant(run.info.run_id, n)}
-        columns.update({name: table.column(name) for name in _SAMPLES.names})
+        columns.update({name: table.column(name) for name in _arrow().samples.names})
         columns.update({name: _constant(v, n) for name, v in run_columns(run).items()})
-        pieces.append(pa.table(columns).select(_TIDY.names).cast(_TIDY))
+        pieces.append(pa.table(columns).select(_arrow().tidy.names).cast(_arrow().tidy))
     if not pieces:
-        return _TIDY.empty_table()
+        return _arrow().tidy.empty_table()
     return pa.concat_tables(pieces)
 
 
@@ -589,13 +627,18 @@ def load_wide(
     is NaN. Columns are the keys, sorted. Other arguments are those of
     :func:`load`; join run tags from :func:`radt.summary` on ``run_id``.
     """
+    import numpy as np
+    import pandas as pd
+
     step = pd.Timedelta(freq)
     if step <= pd.Timedelta(0):
         raise UsageError(f"freq must be a positive duration, got {freq!r}")
     client = open_client(tracking_uri)
     selected = select_runs(client, experiment, runs, include_workload)
     tables, sources = load_tables(client, selected, KeyFilter(keys), start, end, cache_dir)
-    frame = _to_pandas(_tidy_table(selected, tables).select(["run_id", "key", "timestamp", "value"]))
+    frame = _to_pandas(
+        _tidy_table(selected, tables).select(["run_id", "key", "timestamp", "value"])
+    )
     starts = pd.Series({r.info.run_id: run_start(r) for r in selected}, dtype="datetime64[us, UTC]")
     if frame.empty:
         wide = pd.DataFrame(
@@ -604,9 +647,10 @@ def load_wide(
         )
         wide.attrs["radt.source"] = sources
         return wide
-    origin = frame["run_id"].map(starts).astype("datetime64[us, UTC]")
-    bins = (frame["timestamp"] - origin) // step
-    frame = frame.assign(bin=bins.to_numpy())
+    run_codes = frame["run_id"].cat
+    origins = pd.DatetimeIndex([starts[r] for r in run_codes.categories]).as_unit("us")
+    offsets = pd.DatetimeIndex(frame["timestamp"].array) - origins.take(run_codes.codes.to_numpy())
+    frame = frame.assign(bin=np.asarray(offsets // step, np.int64))
     wide = frame.pivot_table(
         index=["run_id", "bin"], columns="key", values="value", aggfunc="mean", observed=True
     )

@@ -45,9 +45,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from radt.load import (
     KeyFilter,
@@ -119,6 +117,10 @@ COLUMNS = (
     "baseline_run_id",
     "experiment_id",
 )
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
 _GPU = re.compile(r"^gpu\d+$")
 NAN = float("nan")
 
@@ -128,6 +130,9 @@ NAN = float("nan")
 
 def _seconds(stamps: pd.Series) -> np.ndarray:
     """Timestamps (tz-aware, naive or already numeric seconds) as float epoch seconds."""
+    import numpy as np
+    import pandas as pd
+
     if pd.api.types.is_numeric_dtype(stamps):
         return stamps.to_numpy(np.float64)
     stamps = pd.to_datetime(stamps, utc=True)
@@ -139,6 +144,9 @@ def _series(frame: pd.DataFrame) -> dict[tuple[str, str, str], tuple[np.ndarray,
 
     Only GPU-level keys (``<listener>/gpu{i}/<quantity>``) and ``top/proc/rss_mib``.
     """
+    import numpy as np
+    import pandas as pd
+
     if frame is None or len(frame) == 0:
         return {}
     keys = pd.unique(frame["key"])
@@ -164,6 +172,8 @@ def _series(frame: pd.DataFrame) -> dict[tuple[str, str, str], tuple[np.ndarray,
 
 def counter_energy(values: np.ndarray) -> float:
     """Joules counted by an energy counter series: last − first (resets: sum of increases)."""
+    import numpy as np
+
     values = np.asarray(values, np.float64)
     values = values[np.isfinite(values)]
     if len(values) < 2:
@@ -178,6 +188,8 @@ def integrate_power(
     seconds: np.ndarray, watts: np.ndarray, gap_factor: float = GAP_FACTOR
 ) -> float:
     """Trapezoid integral of power (J), skipping intervals longer than ``gap_factor`` × median."""
+    import numpy as np
+
     seconds = np.asarray(seconds, np.float64)
     watts = np.asarray(watts, np.float64)
     keep = np.isfinite(seconds) & np.isfinite(watts)
@@ -255,6 +267,8 @@ def _first(
 
 
 def _figures(frame: pd.DataFrame) -> tuple[dict[str, float], dict[str, tuple[str, str]]]:
+    import numpy as np
+
     series = _series(frame)
     joules, used = _energy(series)
     power = _first(series, "power_w", POWER_LISTENERS)
@@ -274,17 +288,27 @@ def _figures(frame: pd.DataFrame) -> tuple[dict[str, float], dict[str, tuple[str
     return figures, used
 
 
+def _total(values: Iterable[float]) -> float:
+    """The sum of the finite values; NaN when there is none."""
+    finite = [v for v in values if math.isfinite(v)]
+    return float(sum(finite)) if finite else NAN
+
+
 def _sum(values: Iterable[float]) -> float:
     values = list(values)
     return float(sum(values)) if values else NAN
 
 
 def _mean(values: Iterable[float]) -> float:
+    import numpy as np
+
     values = list(values)
     return float(np.mean(values)) if values else NAN
 
 
 def _peak(arrays: Iterable[np.ndarray]) -> float:
+    import numpy as np
+
     peaks = [float(np.max(a)) for a in arrays if len(a)]
     return max(peaks) if peaks else NAN
 
@@ -365,6 +389,8 @@ def _duration(run) -> float:
 
 
 def _stamp(millis: int | None) -> pd.Timestamp:
+    import pandas as pd
+
     return pd.Timestamp(millis, unit="ms", tz="UTC") if millis else pd.NaT
 
 
@@ -389,7 +415,7 @@ def _row(run, level: str) -> dict:
         "mig_profile": tags["mig_profile"],
         "mps_thread_pct": _mps(tags["mps_thread_pct"]),
         "power_limit_w": tags["power_limit_w"],
-        "command": _command_key(run) if run.data.tags.get("radt.command") else None,
+        "command": run.data.tags.get("radt.command"),
         "params": _params(run),
         "start": _stamp(run.info.start_time),
         "end": _stamp(run.info.end_time),
@@ -455,6 +481,8 @@ def summary(
         - ``mps_thread_pct`` is a number; other tags are strings as recorded
           (``power_limit_w`` may read ``250+300`` for a workload on two GPUs).
     """
+    import pandas as pd
+
     client = open_client(tracking_uri)
     chosen = select_runs(client, experiment, runs, include_workload=True)
     if runs is None:
@@ -498,13 +526,13 @@ def summary(
         if run_id in parents:
             row = _row(run, "provider")
             kids = children.get(run_id, [])
-            examples = pd.Series([_examples(k) for k in kids], dtype=float).sum(min_count=1)
+            examples = _total(_examples(k) for k in kids)
             row["command"] = " | ".join(k.data.tags.get("radt.command", "?") for k in kids) or None
             row["params"] = None
             host = [figures[k.info.run_id][0]["host_mem_peak_mib"] for k in kids]
             own = dict(own)
             if not math.isfinite(own["host_mem_peak_mib"]):
-                own["host_mem_peak_mib"] = pd.Series(host, dtype=float).sum(min_count=1)
+                own["host_mem_peak_mib"] = _total(host)
         else:
             parent = run.data.tags.get("mlflow.parentRunId")
             row = _row(run, "client" if parent else "run")

@@ -10,42 +10,13 @@ number them by PCI bus, so UUIDs are the unambiguous choice.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-_GPU_LINE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)")
-_MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)\s]+)\)")
+from radt.gpus import GpuListing as Gpu
+from radt.gpus import MigDevice, parse_list
 
-
-@dataclass
-class MigDevice:
-    """A MIG device as ``nvidia-smi -L`` lists it."""
-
-    profile: str
-    index: int
-    uuid: str
-
-
-@dataclass
-class Gpu:
-    """A physical GPU and its MIG devices."""
-
-    index: int
-    name: str
-    uuid: str
-    migs: list[MigDevice] = field(default_factory=list)
-
-
-def parse_nvidia_smi_l(text: str) -> list[Gpu]:
-    """Parse ``nvidia-smi -L`` output, modern and R450 MIG formats alike."""
-    gpus: list[Gpu] = []
-    for line in text.splitlines():
-        if match := _GPU_LINE.match(line):
-            gpus.append(Gpu(int(match[1]), match[2], match[3]))
-        elif (match := _MIG_LINE.match(line)) and gpus:
-            gpus[-1].migs.append(MigDevice(match[1], int(match[2]), match[3]))
-    return gpus
+parse_nvidia_smi_l = parse_list
+"""Parse ``nvidia-smi -L`` output, modern and R450 MIG formats alike."""
 
 
 def requested(devices: Sequence[str]) -> list[str]:

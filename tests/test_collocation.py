@@ -577,7 +577,9 @@ def test_mps_with_a_long_workdir_uses_a_short_pipe_directory(gpu, monkeypatch):
     assert not pipe.exists()
 
 
-def test_mps_daemon_that_fails_to_start_is_a_setup_error(gpu):
+def test_mps_daemon_that_fails_to_start_is_a_setup_error(gpu, monkeypatch):
+    # The same pipe directory both times, however long pytest's tmp path is.
+    monkeypatch.setattr(mps, "PIPE_PATH_MAX", 10_000)
     teardown = Teardown()
     work = gpu.root / "work"
     first, _ = setup([req(2, "mps")], {}, work, Teardown(), print)  # left running on purpose

@@ -60,6 +60,7 @@ class NvmlListener(PolledListener):
         self._reader: FieldReader | None = None
         self._watched: list[_Watched] = []
         self._root: psutil.Process | None = None
+        self._members: dict[int, bool] = {}
         self._clock = time.monotonic
 
     def available(self) -> str | None:
@@ -190,22 +191,40 @@ class NvmlListener(PolledListener):
                 procs = self._reader.read(label, "nvmlDeviceGetComputeRunningProcesses", handle)
                 if procs:
                     listed.append((label, procs))
-        tree = self._tree() if listed else set()
         samples: list[Sample] = []
         for label, procs in listed:
             used: dict[int, float] = {}
             for proc in procs:
-                if proc.pid in tree and proc.usedGpuMemory is not None:
+                if proc.usedGpuMemory is not None and self._in_run(proc.pid):
                     used[proc.pid] = used.get(proc.pid, 0.0) + proc.usedGpuMemory / MIB
             for pid, mib in sorted(used.items()):
                 samples += samples_from(now, f"nvml/{label}/proc{pid}", {"mem_used_mib": mib})
         return samples
 
-    def _tree(self) -> set[int]:
-        """Pids of the run's root process and its descendants; empty once it is gone."""
+    def _in_run(self, pid: int) -> bool:
+        """Whether ``pid`` descends from the run's root process.
+
+        Walks up from the few pids NVML lists, rather than down the run's whole
+        tree, which means reading every process of the machine at each poll.
+        """
         root = self._root
-        if root is None:
-            return set()
+        if root is None or not root.is_running():
+            self._root = None
+            return False
+        if pid not in self._members:
+            current, member = pid, False
+            for _ in range(64):
+                if current == root.pid:
+                    member = True
+                    break
+                try:
+                    current = psutil.Process(current).ppid()
+                except psutil.Error:
+                    break
+                if current <= 1:
+                    break
+            self._members[pid] = member
+        return self._members[pid]
         try:
             return {root.pid, *(child.pid for child in root.children(recursive=True))}
         except psutil.Error:

@@ -72,7 +72,9 @@ _counter = _Counter()
 def _log(key: str, value: float, step: int, run_id: str) -> None:
     import mlflow
 
-    mlflow.log_metric(key, value, step=step, run_id=run_id)
+    # Asynchronous: the training thread only queues the point; MLflow's own
+    # logging thread sends it and flushes the queue when the process exits.
+    mlflow.log_metric(key, value, step=step, run_id=run_id, synchronous=False)
 
 
 def log_examples(n: int) -> None:

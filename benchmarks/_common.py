@@ -1,0 +1,454 @@
+"""Shared helpers of the benchmarks: machine facts, temp workspaces, tables, statistics.
+
+Nothing here measures anything; each benchmark script is self-contained apart
+from these helpers and runs with ``python benchmarks/<name>.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "benchmarks"
+OLD_VENV = BENCH / ".venv-radt0230"
+
+
+def python_bin() -> str:
+    """The real interpreter (not a pyenv shim, which adds ~0.3 s to every start)."""
+    return sys.executable
+
+
+def radt_bin() -> str:
+    """The ``radt`` console script beside this interpreter (again, not a shim)."""
+    beside = Path(sys.executable).parent / "radt"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("radt")
+    if not found:
+        raise SystemExit("radt is not installed; run `pip install -e .` first")
+    return found
+
+
+def old_radt_bin(venv: Path = OLD_VENV) -> Path | None:
+    """The ``radt`` 0.2.30 console script in its own virtualenv, if it is set up."""
+    script = venv / "bin" / "radt"
+    return script if script.exists() else None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def versions(extra: Sequence[str] = ()) -> dict[str, str]:
+    """Versions of what the benchmark depends on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in ("radt", "mlflow", "torch", "pyarrow", "psutil", *extra):
+        with contextlib.suppress(PackageNotFoundError):
+            found[name] = version(name)
+    return found
+
+
+def old_radt_versions(venv: Path = OLD_VENV) -> str | None:
+    """``radt==…, mlflow==…, torch==…, pandas==…`` inside the 0.2.30 virtualenv."""
+    py = venv / "bin" / "python"
+    if not py.exists():
+        return None
+    code = (
+        "from importlib.metadata import version as v\n"
+        "print(', '.join(f'{n} {v(n)}' for n in ('radt','mlflow','torch','pandas')))"
+    )
+    done = subprocess.run([str(py), "-I", "-c", code], capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
+def header(title: str, command: str) -> str:
+    """The lines every benchmark prints first: date, machine, versions, command."""
+    now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    vers = ", ".join(f"{k} {v}" for k, v in versions().items())
+    lines = [
+        f"## {title}",
+        "",
+        f"- date: {now}",
+        f"- machine: {cpu_model()}, {os.cpu_count()} logical cores, {platform.platform()}",
+        f"- versions: {vers}",
+    ]
+    try:
+        git = subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        git = ""
+    if git:
+        lines.append(f"- radT source: git {git}")
+    old = old_radt_versions()
+    if old:
+        lines.append(f"- radT 0.2.30 virtualenv: {old}")
+    lines += [f"- command: `{command}`", ""]
+    return "\n".join(lines)
+
+
+def command_line() -> str:
+    return "python " + " ".join(
+        [os.path.relpath(sys.argv[0], Path.cwd()) if sys.argv else "?", *sys.argv[1:]]
+    )
+
+
+def workspace(prefix: str) -> Path:
+    """A fresh temporary folder (MLflow stores, RADT_HOME and copies live there)."""
+    return Path(tempfile.mkdtemp(prefix=f"radt-bench-{prefix}-"))
+
+
+def base_env(folder: Path, uri: str) -> dict[str, str]:
+    """Environment for a measured process: its own tracking store, RADT_HOME, no telemetry."""
+    env = dict(os.environ)
+    for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "RADT_RUN_ID"):
+        env.pop(name, None)
+    env.update(
+        MLFLOW_TRACKING_URI=uri,
+        RADT_HOME=str(folder / "radt-home"),
+        MLFLOW_DISABLE_TELEMETRY="true",
+        DO_NOT_TRACK="true",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def init_store(uri: str) -> None:
+    """Create the tables of a SQLite store now, so no measured run pays for it.
+
+    MLflow gives the store's Default experiment the artifact location
+    ``./mlruns`` of the process that creates the tables: the store is created
+    from its own folder, so that runs' artifacts stay beside it (in the temp
+    folder) and never land in the current folder (the repository).
+    """
+    from mlflow.tracking import MlflowClient
+
+    folder = Path(uri[len("sqlite:///") :]).parent if uri.startswith("sqlite:///") else None
+    before = os.getcwd()
+    try:
+        if folder is not None:
+            os.chdir(folder)
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    finally:
+        os.chdir(before)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def spread(values: Sequence[float]) -> str:
+    """``min–max`` of the values, for the table."""
+    if not values:
+        return "–"
+    return f"{min(values):,.0f}–{max(values):,.0f}"
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub markdown table; numbers right-aligned."""
+
+    def cell(value: object) -> str:
+        return str(value)
+
+    text_rows = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in text_rows)) for i, c in enumerate(columns)]
+    numeric = [
+        all(r[i][:1].isdigit() or r[i][:1] in "-–+." for r in text_rows) and i > 0
+        for i in range(len(columns))
+    ]
+    out = ["| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + " |"]
+    out.append(
+        "|"
+        + "|".join(
+            ("-" * (w + 1) + ":") if num else ("-" * (w + 2))
+            for w, num in zip(widths, numeric, strict=True)
+        )
+        + "|"
+    )
+    for r in text_rows:
+        out.append(
+            "| "
+            + " | ".join(
+                (v.rjust(w) if num else v.ljust(w))
+                for v, w, num in zip(r, widths, numeric, strict=True)
+            )
+            + " |"
+        )
+    return "\n".join(out)
+
+
+# --- Other work on the machine ------------------------------------------------
+# The benchmarks share a 2-core machine with whatever else runs (test suites of
+# other sessions, for one). Before each measured run they wait until the machine
+# is quiet, and they measure how much CPU other processes used during the run
+# (all busy CPU time from /proc/stat minus the run's own process tree), so that a
+# disturbed run can be repeated instead of silently skewing the medians.
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy (user+nice+system+irq+softirq+steal)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:9]]
+    idle = fields[3] + fields[4]
+    return (sum(fields) - idle) / CLOCK_TICKS
+
+
+def wait_quiet(
+    max_busy_cores: float = 0.15, quiet_s: float = 2.0, max_wait_s: float = 300.0
+) -> float:
+    """Wait until the machine used under ``max_busy_cores`` for ``quiet_s`` in a row.
+
+    Returns the seconds waited; gives up (and says so on stderr) after ``max_wait_s``.
+    """
+    began = time.monotonic()
+    quiet_since = None
+    last_busy, last_t = busy_cpu_s(), time.monotonic()
+    while True:
+        time.sleep(0.5)
+        now_busy, now_t = busy_cpu_s(), time.monotonic()
+        load = (now_busy - last_busy) / max(now_t - last_t, 1e-6)
+        last_busy, last_t = now_busy, now_t
+        if load <= max_busy_cores:
+            quiet_since = quiet_since or now_t
+            if now_t - quiet_since >= quiet_s:
+                return now_t - began
+        else:
+            quiet_since = None
+        if now_t - began > max_wait_s:
+            print(
+                f"machine still busy ({load:.2f} cores) after {max_wait_s:.0f} s; going on",
+                file=sys.stderr,
+            )
+            return now_t - began
+
+
+class Disturbance:
+    """Measures the CPU that processes other than ours used during a block.
+
+    Ours: this process (all its threads) and every descendant reaped in the block.
+    """
+
+    def __enter__(self) -> Disturbance:
+        self._busy = busy_cpu_s()
+        self._t = time.monotonic()
+        self._own = _own_cpu()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall_s = time.monotonic() - self._t
+        self.busy_s = busy_cpu_s() - self._busy
+        self.own_s = _own_cpu() - self._own
+
+    def other_cores(self) -> float:
+        """Average cores used by other processes during the block."""
+        return max(self.busy_s - self.own_s, 0.0) / max(self.wall_s, 1e-6)
+
+
+def _own_cpu() -> float:
+    import resource
+
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+# --- Orphans ------------------------------------------------------------------
+# radT 0.2.30's listener tools (top, iostat, free) outlive the processes that
+# started them. As a child subreaper the benchmark inherits such orphans, reaps
+# them, and so counts their CPU time in RUSAGE_CHILDREN like everyone else's.
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children (Linux); True if it worked."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> list[int]:
+    pids: list[int] = []
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            pids += [int(p) for p in (task / "children").read_text().split()]
+    return pids
+
+
+def reap_orphans(wait_s: float = 3.0) -> int:
+    """Reap descendants left behind by a finished run; end any still alive after ``wait_s``.
+
+    Only processes that the benchmark's own runs started can be children here.
+    Returns how many were ended with SIGTERM.
+    """
+    import signal
+
+    deadline = time.monotonic() + wait_s
+    ended = 0
+    while True:
+        try:
+            while True:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+        except ChildProcessError:
+            return ended
+        left = _children()
+        if not left:
+            return ended
+        if time.monotonic() >= deadline:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                    ended += 1
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + wait_s
+        time.sleep(0.05)
+
+
+AUTOGROUP_SWITCH = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+def _autogroups_on() -> bool:
+    try:
+        return AUTOGROUP_SWITCH.read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def _set_autogroup_nice(pid: int | str, niceness: int) -> bool:
+    path = Path(f"/proc/{pid}/autogroup")
+    try:
+        current = path.read_text().split()
+        if current[-1] != str(niceness):
+            path.write_text(str(niceness))
+        return True
+    except (OSError, IndexError):
+        return False
+
+
+def descendants(root: int) -> list[int]:
+    """Every live descendant of ``root`` (from /proc/*/task/*/children)."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+class Priority:
+    """Gives the benchmark and everything it starts a larger share of a shared machine.
+
+    The Linux scheduler here groups processes by session ("autogroups",
+    ``/proc/sys/kernel/sched_autogroup_enabled``): a process's niceness counts
+    only against processes of its own session, and every session gets an equal
+    share of the CPU. Other sessions' test suites on the same two cores would so
+    take about half the machine from the measured runs, and radT itself starts
+    the command in a session of its own (``setsid``). So the benchmark raises
+    the niceness of its own autogroup and, from a watcher thread every 100 ms, of
+    every new autogroup among its descendants: each condition gets the same
+    weight, while inside a group (training against monitor) the scheduler
+    behaves as it does by default. Other work is slowed, never starved. Without
+    autogroups, the benchmark's own niceness is set instead (children inherit it).
+    """
+
+    def __init__(self, niceness: int) -> None:
+        self.niceness = niceness
+        self.how = "default priority"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Priority:
+        import atexit
+
+        atexit.register(self.__exit__)
+        if self.niceness == 0:
+            return self
+        if _autogroups_on() and _set_autogroup_nice("self", self.niceness):
+            self.how = f"autogroup niceness {self.niceness} for every session it starts"
+            self._thread = threading.Thread(target=self._watch, daemon=True)
+            self._thread.start()
+            return self
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, self.niceness)
+            self.how = f"niceness {self.niceness}"
+        except OSError as exc:
+            print(f"cannot raise priority ({exc}); measuring at the default", file=sys.stderr)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.how.startswith("autogroup"):
+            _set_autogroup_nice("self", 0)
+
+    def _watch(self) -> None:
+        me = os.getpid()
+        while not self._stop.wait(0.1):
+            for pid in descendants(me):
+                _set_autogroup_nice(pid, self.niceness)
+
+
+def add_machine_options(parser) -> None:
+    """Options shared by the benchmarks for a machine that others use too."""
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=-15 if os.geteuid() == 0 else 0,
+        help="scheduling niceness of the measured processes' sessions "
+        "(default -15 as root, else 0; see Priority in _common.py)",
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="before each run wait until other processes use under --max-other cores, "
+        "and repeat a run during which they used more (up to --retries times)",
+    )
+    parser.add_argument("--max-other", type=float, default=0.15, help="cores (default 0.15)")
+    parser.add_argument("--retries", type=int, default=3, help="with --quiet (default 3)")
+    parser.add_argument(
+        "--max-wait", type=float, default=300, help="with --quiet: seconds to wait at most"
+    )

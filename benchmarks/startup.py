@@ -1,0 +1,273 @@
+"""Start-up latency: from invoking the launcher to the command's first line on stdout.
+
+    python benchmarks/startup.py                 # defaults: 5 rounds, ~3 min on 2 cores
+    python benchmarks/startup.py --repeats 10
+
+The command prints one line (``print('first', flush=True)``) and exits. For
+each condition the benchmark starts the process, reads its stdout until that
+line arrives (time to first line: what a user waits before training starts),
+then waits for the process to exit (total wall time: includes, for radT, the
+end-of-run work: environment capture joined, spool compacted, samples and logs
+uploaded, final status set). Conditions run interleaved round-robin, each into
+a SQLite store of its own that is created before timing starts.
+
+Conditions:
+- ``plain``: ``python -c "print('first', flush=True)"``;
+- ``radt-none``: ``radt -l none -- python -c ...`` (launcher, no listeners);
+- ``radt``: ``radt -- python -c ...`` (every available listener, default interval);
+- ``radt-0.2.30-none`` / ``radt-0.2.30``: the original radT 0.2.30 in
+  ``benchmarks/.venv-radt0230``, which only runs ``.py`` files: ``radt -l none
+  hello.py`` and ``radt -l top+iostat+free hello.py`` with ``hello.py`` holding the
+  same one line;
+- reference floors (``--references``): ``python -c "import mlflow"``,
+  ``python -c "import radt.launcher"`` and opening the SQLite store with an
+  ``MlflowClient``, each followed by the same print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _common import (
+    Disturbance,
+    Priority,
+    add_machine_options,
+    base_env,
+    become_subreaper,
+    command_line,
+    header,
+    init_store,
+    median,
+    old_radt_bin,
+    python_bin,
+    radt_bin,
+    reap_orphans,
+    table,
+    wait_quiet,
+    workspace,
+)
+
+LINE = "print('first', flush=True)"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ALL = (
+    "plain",
+    "radt-none",
+    "radt",
+    "radt-0.2.30-none",
+    "radt-0.2.30",
+    "import-mlflow",
+    "import-radt",
+    "mlflow-client",
+)
+DEFAULT = "plain,radt-none,radt,radt-0.2.30-none,radt-0.2.30"
+REFERENCES = "import-mlflow,import-radt,mlflow-client"
+
+
+@dataclass
+class Timing:
+    first_s: float
+    total_s: float
+    other_cores: float
+
+
+@dataclass
+class Condition:
+    name: str
+    label: str
+    argv: list[str]
+    env: dict
+    cwd: Path
+    timings: list[Timing] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+def is_first(line: str) -> bool:
+    """The command's line, also when 0.2.30 prefixes it with ``[RUN 0]:`` and colours."""
+    words = ANSI.sub("", line).split()
+    return bool(words) and words[-1] == "first"
+
+
+def build(name: str, root: Path, venv: Path) -> Condition:
+    folder = root / name
+    folder.mkdir()
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    env = base_env(folder, uri)
+    py = python_bin()
+    code = {
+        "import-mlflow": f"import mlflow; {LINE}",
+        "import-radt": f"import radt.launcher; {LINE}",
+        "mlflow-client": (
+            "from mlflow.tracking import MlflowClient; "
+            f"MlflowClient({uri!r}).search_experiments(max_results=1); {LINE}"
+        ),
+    }
+    if name == "plain":
+        argv, label = [py, "-c", LINE], "plain `python -c`"
+    elif name == "radt-none":
+        argv, label = [radt_bin(), "-l", "none", "--", py, "-c", LINE], "radT `-l none`"
+    elif name == "radt":
+        argv, label = [radt_bin(), "--", py, "-c", LINE], "radT, default listeners"
+    elif name in ("radt-0.2.30-none", "radt-0.2.30"):
+        old = old_radt_bin(venv)
+        if old is None:
+            raise FileNotFoundError(f"{venv}/bin/radt missing: bash benchmarks/setup_radt0230.sh")
+        (folder / "hello.py").write_text(LINE + "\n")
+        env["PATH"] = f"{old.parent}:{env.get('PATH', '')}"
+        listeners = "none" if name.endswith("none") else "top+iostat+free"
+        argv, label = [str(old), "-l", listeners, "hello.py"], f"radT 0.2.30 `-l {listeners}`"
+    elif name in code:
+        argv = [py, "-c", code[name]]
+        label = {
+            "import-mlflow": "ref: `python -c 'import mlflow'`",
+            "import-radt": "ref: `python -c 'import radt.launcher'`",
+            "mlflow-client": "ref: import + open SQLite store",
+        }[name]
+    else:
+        raise ValueError(name)
+    init_store(uri)
+    return Condition(name, label, argv, env, folder)
+
+
+def measure(cond: Condition, timeout_s: float) -> Timing:
+    with Disturbance() as dist:
+        began = time.perf_counter()
+        proc = subprocess.Popen(
+            cond.argv,
+            cwd=cond.cwd,
+            env=cond.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        first = None
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if first is None and is_first(line):
+                first = time.perf_counter() - began
+        code = proc.wait(timeout=timeout_s)
+        total = time.perf_counter() - began
+        reap_orphans()
+    if first is None or code != 0:
+        raise RuntimeError(f"exit code {code}, first line {'seen' if first else 'not seen'}")
+    return Timing(first, total, dist.other_cores())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="rounds (default 5)")
+    parser.add_argument("--conditions", default=DEFAULT, help=f"from {', '.join(ALL)}")
+    parser.add_argument(
+        "--references", action="store_true", help=f"also measure the floors {REFERENCES}"
+    )
+    parser.add_argument("--venv", default=str(Path(__file__).parent / ".venv-radt0230"))
+    add_machine_options(parser)
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+
+    names = [n.strip() for n in args.conditions.split(",") if n.strip()]
+    if args.references:
+        names += [n for n in REFERENCES.split(",") if n not in names]
+    unknown = set(names) - set(ALL)
+    if unknown:
+        parser.error(f"unknown condition(s) {', '.join(sorted(unknown))}")
+    if "plain" not in names:
+        names.insert(0, "plain")
+    become_subreaper()
+    priority = Priority(args.nice).__enter__()
+    root = workspace("startup")
+    print(f"workspace: {root}; {priority.how}", file=sys.stderr)
+    conditions = []
+    for name in names:
+        try:
+            conditions.append(build(name, root, Path(args.venv)))
+        except (FileNotFoundError, OSError) as exc:
+            print(f"skipping {name}: {exc}", file=sys.stderr)
+
+    for round_no in range(args.repeats):
+        shift = round_no % len(conditions)
+        for cond in conditions[shift:] + conditions[:shift]:
+            for _attempt in range(args.retries + 1 if args.quiet else 1):
+                if args.quiet:
+                    wait_quiet(args.max_other, max_wait_s=args.max_wait)
+                try:
+                    timing = measure(cond, args.timeout)
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    cond.failures.append(str(exc))
+                    print(f"{cond.name}: FAILED {exc}", file=sys.stderr)
+                    timing = None
+                    break
+                print(
+                    f"round {round_no + 1}/{args.repeats} {cond.name:18s} first line "
+                    f"{timing.first_s:6.2f} s  total {timing.total_s:6.2f} s  "
+                    f"others {timing.other_cores:.2f} cores",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if not args.quiet or timing.other_cores <= args.max_other:
+                    break
+            if timing is not None:
+                cond.timings.append(timing)
+
+    plain = conditions[0]
+    base_first = median([t.first_s for t in plain.timings])
+    base_total = median([t.total_s for t in plain.timings])
+    rows = []
+    for cond in conditions:
+        if not cond.timings:
+            rows.append([cond.label, "failed", "–", "–", "–", "–", "–"])
+            continue
+        firsts = [t.first_s for t in cond.timings]
+        totals = [t.total_s for t in cond.timings]
+        rows.append(
+            [
+                cond.label,
+                f"{median(firsts):.2f}",
+                f"{min(firsts):.2f}–{max(firsts):.2f}",
+                f"+{median(firsts) - base_first:.2f}" if cond is not plain else "–",
+                f"{median(totals):.2f}",
+                f"+{median(totals) - base_total:.2f}" if cond is not plain else "–",
+                f"{median(totals) - median(firsts):.2f}",
+                f"{max(t.other_cores for t in cond.timings):.2f}",
+            ]
+        )
+    print()
+    print(header("Start-up latency", command_line()))
+    print(
+        f"Median of {args.repeats} interleaved runs; seconds. "
+        "'after first line' = total − first line: the end-of-run work. "
+        f"Priority: {priority.how}; 'others' = cores used by other processes meanwhile (max)."
+    )
+    print()
+    print(
+        table(
+            [
+                "condition",
+                "first line s",
+                "min–max",
+                "vs plain",
+                "total wall s",
+                "vs plain",
+                "after first line s",
+                "others (max cores)",
+            ],
+            rows,
+        )
+    )
+    if args.keep:
+        print(f"\nkept {root}", file=sys.stderr)
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,7 +16,7 @@ def launcher_parser() -> argparse.ArgumentParser:
         prog="radt",
         usage="radt [options] COMMAND [ARGS...] | radt [options] PLAN.csv "
         "| radt sync [FOLDER] | radt listeners | radt export -e EXPERIMENT ... "
-        "| radt runs [-e EXPERIMENT]",
+        "| radt runs [-e EXPERIMENT] | radt ui [--port 8050]",
         description="Run a training command as an MLflow run, with hardware listeners. "
         "A .py file runs with this Python; anything after -- runs as given.",
     )
@@ -244,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
             from radt.export import run_runs
 
             return run_runs(argv[1:])
+        if argv and argv[0] == "ui":
+            from radt.frontend.serve import run_ui
+
+            return run_ui(argv[1:])
         return run_launcher(argv)
     except RadtError as exc:
         print(f"radt: error: {exc}", file=sys.stderr)

@@ -1,0 +1,234 @@
+"""What the UI reads, through ``radt.load`` and ``radt.summary`` only, with one-line errors.
+
+MLflow's client is used here for metadata alone (the list of experiments, and
+runs with their tags and metric names, through ``radt.load``'s helpers);
+samples and summaries always come from radT's analysis API. Every failure
+becomes a :class:`DataError` whose message fits on one line of the page.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import pandas as pd
+
+from radt.errors import RadtError
+
+T = TypeVar("T")
+TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
+
+
+class DataError(Exception):
+    """A failure to read the tracking store, in one line meant for the page."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """An experiment of the store."""
+
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A run's metadata: enough to label it, place it in time and list its keys."""
+
+    run_id: str
+    name: str
+    status: str
+    start_us: int
+    level: str
+    """``client`` (a child run), ``provider`` (a workload's parent run) or ``run`` (alone)."""
+    parent_id: str | None
+    experiment_id: str
+    keys: tuple[str, ...]
+
+    @property
+    def running(self) -> bool:
+        return self.status not in TERMINAL
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:500]
+
+
+def metric_keys(metric_names: Iterable[str]) -> tuple[str, ...]:
+    """radT keys of a run's MLflow metric names, sorted (``system/`` stripped).
+
+    ``summary/nvml/gpu0/power_w/mean`` names the key ``nvml/gpu0/power_w`` (a run
+    whose series are only in its samples artifact still lists its keys).
+    """
+    from radt.load import MLFLOW_PREFIX, SUMMARY_PREFIX
+
+    keys = set()
+    for name in metric_names:
+        if name.startswith(SUMMARY_PREFIX):
+            key = name[len(SUMMARY_PREFIX) :].rsplit("/", 1)[0]
+        elif name.startswith(MLFLOW_PREFIX):
+            key = name[len(MLFLOW_PREFIX) :]
+        else:
+            key = name
+        if key:
+            keys.add(key)
+    return tuple(sorted(keys))
+
+
+def run_info(run) -> RunInfo:
+    """A :class:`RunInfo` of an MLflow run."""
+    tags = run.data.tags
+    parent = tags.get("mlflow.parentRunId") or None
+    level = "client" if parent else ("provider" if "radt.workload_runs" in tags else "run")
+    return RunInfo(
+        run_id=run.info.run_id,
+        name=run.info.run_name or run.info.run_id[:8],
+        status=run.info.status,
+        start_us=int(run.info.start_time or 0) * 1000,
+        level=level,
+        parent_id=parent,
+        experiment_id=run.info.experiment_id,
+        keys=metric_keys(run.data.metrics),
+    )
+
+
+class Store:
+    """The tracking store the UI shows, read through radT's API.
+
+    ``tracking_uri`` None means what radT itself would use (``MLFLOW_TRACKING_URI``,
+    else ./mlflow.db of the current folder). Samples of runs that have all
+    ended are kept in memory (the ``cache_size`` latest selections), so zooming
+    re-reads nothing.
+    """
+
+    def __init__(self, tracking_uri: str | None = None, cache_size: int = 6) -> None:
+        from radt.tracking import redact, resolve_tracking_uri
+
+        self.tracking_uri = tracking_uri
+        self.label = redact(resolve_tracking_uri(tracking_uri)[0])
+        self._cache: OrderedDict[tuple, pd.DataFrame] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def _call(self, what: Callable[[], T]) -> T:
+        try:
+            return what()
+        except DataError:
+            raise
+        except RadtError as exc:
+            raise DataError(_one_line(exc)) from exc
+        except Exception as exc:
+            raise DataError(
+                f"reading the tracking store {self.label} failed: "
+                f"{type(exc).__name__}: {_one_line(exc)}"
+            ) from exc
+
+    def _client(self):
+        from radt.load import open_client
+
+        return open_client(self.tracking_uri)
+
+    def check(self) -> str | None:
+        """None when the store answers, else what is wrong and what to do, in one line."""
+        try:
+            self._call(self._client)
+        except DataError as exc:
+            return str(exc)
+        return None
+
+    def experiments(self) -> list[Experiment]:
+        """Active experiments, the most recently updated first."""
+
+        def read() -> list[Experiment]:
+            client = self._client()
+            found, token = [], None
+            while True:
+                page = client.search_experiments(max_results=1000, page_token=token)
+                found.extend(page)
+                token = page.token
+                if not token:
+                    break
+            found.sort(key=lambda e: -(e.last_update_time or e.creation_time or 0))
+            return [Experiment(str(e.experiment_id), e.name) for e in found]
+
+        return self._call(read)
+
+    def latest_experiment(self, experiments: Sequence[Experiment]) -> str | None:
+        """The id of the experiment with the most recently started run (None without runs)."""
+
+        def read() -> str | None:
+            ids = [e.id for e in experiments]
+            if not ids:
+                return None
+            newest = self._client().search_runs(
+                ids, max_results=1, order_by=["attributes.start_time DESC"]
+            )
+            return str(newest[0].info.experiment_id) if newest else None
+
+        return self._call(read)
+
+    def summary(self, experiment: str | None = None, runs: Sequence[str] | None = None):
+        """``radt.summary.summary`` of an experiment (by id) or of runs."""
+        from radt.summary import summary
+
+        return self._call(
+            lambda: summary(
+                experiment, list(runs) if runs else None, tracking_uri=self.tracking_uri
+            )
+        )
+
+    def runs(self, run_ids: Sequence[str]) -> dict[str, RunInfo]:
+        """The runs and their workload (parent) runs, oldest first; unknown ids are an error."""
+        from radt.load import select_runs
+
+        if not run_ids:
+            return {}
+        chosen = self._call(lambda: select_runs(self._client(), None, list(run_ids), True))
+        return {r.info.run_id: run_info(r) for r in chosen}
+
+    def samples(self, runs: Sequence[RunInfo], keys: Sequence[str]) -> pd.DataFrame:
+        """``radt.load.load`` of ``keys`` of ``runs`` (tidy), from memory when all have ended."""
+        from radt.load import load
+
+        ids = sorted(r.run_id for r in runs)
+        if not ids or not keys:
+            return pd.DataFrame(columns=["run_id", "key", "timestamp", "value"])
+        cacheable = not any(r.running for r in runs)
+        token = (tuple(ids), tuple(sorted(keys)))
+        with self._lock:
+            if cacheable and token in self._cache:
+                self._cache.move_to_end(token)
+                return self._cache[token]
+        frame = self._call(lambda: load(runs=ids, keys=list(keys), tracking_uri=self.tracking_uri))
+        if cacheable:
+            with self._lock:
+                self._cache[token] = frame
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return frame
+
+    def export(self, what: str, fmt: str, experiment: str | None, runs: Sequence[str]) -> bytes:
+        """The table ``radt export`` writes: ``samples`` or ``summary``, as csv or parquet.
+
+        The selected ``runs`` (with their workloads), else the whole ``experiment``.
+        """
+        from radt.load import load
+
+        selection = {"runs": list(runs) or None, "tracking_uri": self.tracking_uri}
+        selection["experiment"] = None if runs else experiment
+        if what == "summary":
+            frame = self.summary(selection["experiment"], selection["runs"])
+        else:
+            frame = self._call(lambda: load(**selection))
+        buffer = io.BytesIO()
+        if fmt == "parquet":
+            frame.to_parquet(buffer, index=False)
+        else:
+            frame.to_csv(buffer, index=False)
+        return buffer.getvalue()

@@ -1,0 +1,307 @@
+"""The compare charts of the MIG energy study, from a ``radt.summary`` frame (pure functions).
+
+Rows of the frame (``level``): a **provider** is a workload (its parent run), a
+**client** one training process of it, a **run** a lone command (both at once).
+Configurations are told apart by collocation mode (colour) and power limit
+(symbol, or the outer group of a bar chart). Every builder returns a figure that
+says in words why it is empty rather than an empty plot.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+from radt.frontend.style import MODES, empty_figure, mode_colour
+
+PROVIDERS = ("provider", "run")
+CLIENTS = ("client", "run")
+MIG_SLICES = 7
+"""Compute slices of a whole A100/H100 in MIG: ``3g`` is 3/7 of the GPU."""
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "hexagon")
+NO_EXAMPLES = (
+    "No run reports examples: call radt.log_examples(n) in the training script<br>"
+    "(or log a metric named <i>examples</i>) for per-example figures."
+)
+NO_ENERGY = (
+    "No GPU energy in these workloads (a CPU-only machine, or no nvml, dcgm or smi listener):<br>"
+    "energy per example needs a GPU listener."
+)
+
+
+def normalise(frame: pd.DataFrame) -> pd.DataFrame:
+    """A summary frame with the collocation of untagged runs as ``none``, ready for the charts."""
+    return frame.assign(collocation=frame["collocation"].astype(object).fillna("none").astype(str))
+
+
+def focus(frame: pd.DataFrame, selected: Iterable[str]) -> pd.DataFrame:
+    """The rows of the workloads that ``selected`` runs belong to (all rows if none is selected)."""
+    chosen = {str(r) for r in selected}
+    if not chosen:
+        return frame
+    parents = set(frame.loc[frame["run_id"].isin(chosen), "parent_run_id"].dropna().astype(str))
+    workloads = chosen | parents
+    keep = frame["run_id"].isin(workloads) | frame["parent_run_id"].isin(workloads)
+    return frame[keep]
+
+
+def _finite(values) -> pd.Series:
+    return pd.to_numeric(pd.Series(values), errors="coerce").replace([np.inf, -np.inf], np.nan)
+
+
+def power_label(value) -> str:
+    """``"250"`` → ``250 W``; no cap recorded → ``default cap``."""
+    text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+    return f"{text} W" if text else "default cap"
+
+
+def config_label(row: pd.Series) -> str:
+    """A configuration in words: ``mig 3g.40gb · 250 W``, ``mps 50% · default cap``, ``naive``."""
+    mode = str(row.get("collocation") or "none")
+    detail = ""
+    if mode == "mig" and _present(row.get("mig_profile")):
+        detail = f" {row['mig_profile']}"
+    elif mode == "mps" and _present(row.get("mps_thread_pct")):
+        detail = f" {float(row['mps_thread_pct']):g}%"
+    return f"{mode}{detail} · {power_label(row.get('power_limit_w'))}"
+
+
+def _present(value) -> bool:
+    return (
+        value is not None
+        and not (isinstance(value, float) and math.isnan(value))
+        and str(value) not in ("", "-", "nan", "None")
+    )
+
+
+def partition_share(row: pd.Series, clients: int = 1) -> Fraction | None:
+    """The share of the GPU a client had: MIG slices of 7, its MPS share, 1/n when naive.
+
+    ``clients`` is the number of runs in its workload. None when unknown (a MIG
+    profile that does not start with ``<n>g``).
+    """
+    mode = str(row.get("collocation") or "none")
+    if mode == "mig":
+        found = re.match(r"^(\d+)g", str(row.get("mig_profile") or ""))
+        return Fraction(min(int(found.group(1)), MIG_SLICES), MIG_SLICES) if found else None
+    if mode == "mps" and _present(row.get("mps_thread_pct")):
+        return Fraction(round(float(row["mps_thread_pct"])), 100)
+    if mode in ("naive", "mps"):
+        return Fraction(1, max(int(clients), 1))
+    return Fraction(1)
+
+
+def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in study order: by mode (none, naive, mps, mig), power limit, then start."""
+    rank = frame["collocation"].map(lambda m: MODES.index(m) if m in MODES else len(MODES))
+    cap = pd.to_numeric(frame["power_limit_w"], errors="coerce")
+    return frame.assign(_rank=rank, _cap=cap).sort_values(
+        ["_cap", "_rank", "start"], na_position="first"
+    )
+
+
+def _symbols(frame: pd.DataFrame) -> dict[str, str]:
+    caps = sorted({power_label(v) for v in frame["power_limit_w"]})
+    return {cap: SYMBOLS[i % len(SYMBOLS)] for i, cap in enumerate(caps)}
+
+
+def efficiency_figure(frame: pd.DataFrame) -> go.Figure:
+    """Provider time per example (x) against energy per example (y); down-left is better."""
+    title = "Workloads: time vs energy per example"
+    rows = frame[frame["level"].isin(PROVIDERS)]
+    seconds = _finite(rows["time_per_example_ns"]).to_numpy() * 1e-9
+    joules = _finite(rows["energy_per_example_nj"]).to_numpy() * 1e-9
+    if not np.isfinite(seconds).any():
+        return empty_figure(NO_EXAMPLES, title)
+    if not (np.isfinite(seconds) & np.isfinite(joules)).any():
+        return empty_figure(NO_ENERGY, title)
+    rows = rows.assign(_s=seconds, _j=joules)
+    rows = rows[np.isfinite(rows["_s"]) & np.isfinite(rows["_j"])]
+    symbols = _symbols(rows)
+    fig = go.Figure()
+    for (mode, cap), part in _ordered(rows).groupby(
+        ["collocation", rows["power_limit_w"].map(power_label)], sort=False, dropna=False
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=part["_s"],
+                y=part["_j"],
+                mode="markers+text",
+                text=part["workload"].fillna(part["run_name"]),
+                textposition="top center",
+                name=f"{mode} · {cap}",
+                marker={"size": 12, "color": mode_colour(mode), "symbol": symbols[cap]},
+                customdata=part[["run_name", "examples"]].to_numpy(),
+                hovertemplate="%{customdata[0]}<br>%{x:.3s}s per example<br>"
+                "%{y:.3s}J per example<br>%{customdata[1]:,.0f} examples<extra></extra>",
+            )
+        )
+    fig.add_annotation(
+        text="better: less time and energy per example",
+        xref="paper",
+        yref="paper",
+        x=0.02,
+        y=0.04,
+        ax=70,
+        ay=-50,
+        showarrow=True,
+        arrowhead=3,
+        xanchor="left",
+        font={"color": "#2a7a2a"},
+        arrowcolor="#2a7a2a",
+    )
+    fig.update_xaxes(title_text="provider time per example", ticksuffix="s", exponentformat="SI")
+    fig.update_yaxes(title_text="provider energy per example", ticksuffix="J", exponentformat="SI")
+    return _finish(fig, title)
+
+
+def throughput_energy_figure(frame: pd.DataFrame) -> go.Figure:
+    """Bars per workload, grouped by power limit and coloured by mode: examples/s and J/example."""
+    title = "Throughput and energy per example, per configuration"
+    rows = _ordered(frame[frame["level"].isin(PROVIDERS)])
+    rate = _finite(rows["examples_per_s"]).to_numpy()
+    if not np.isfinite(rate).any():
+        return empty_figure(NO_EXAMPLES, title)
+    joules = _finite(rows["energy_per_example_nj"]).to_numpy() * 1e-9
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("throughput (examples/s)", "energy per example (J)"),
+        horizontal_spacing=0.12,
+    )
+    outer = rows["power_limit_w"].map(power_label).to_numpy(dtype=object)
+    inner = rows["workload"].fillna(rows["run_name"]).astype(str).to_numpy(dtype=object)
+    for col, values in ((1, rate), (2, joules)):
+        for mode in dict.fromkeys(rows["collocation"]):
+            mask = (rows["collocation"] == mode).to_numpy()
+            fig.add_trace(
+                go.Bar(
+                    x=[outer[mask].tolist(), inner[mask].tolist()],
+                    y=values[mask],
+                    name=str(mode),
+                    legendgroup=str(mode),
+                    showlegend=col == 1,
+                    marker_color=mode_colour(mode),
+                    hovertemplate="%{x}<br>%{y:.4s}<extra>" + str(mode) + "</extra>",
+                ),
+                row=1,
+                col=col,
+            )
+    if not np.isfinite(joules).any():
+        fig.add_annotation(
+            text="no GPU energy recorded",
+            xref="x2 domain",
+            yref="y2 domain",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+            font={"size": 13, "color": "#555"},
+        )
+        fig.update_yaxes(showticklabels=False, row=1, col=2)
+    fig.update_yaxes(exponentformat="SI", ticksuffix="J", row=1, col=2)
+    fig.update_layout(barmode="relative")
+    return _finish(fig, title)
+
+
+def slowdown_figure(frame: pd.DataFrame) -> go.Figure:
+    """Client slowdown against its partition of the GPU, with the 1:1 line.
+
+    x is the slowdown the partition alone implies, 1/share (a 3g MIG slice of
+    7: 7/3; MPS at 50 %: 2; naive sharing among n runs: n); y the measured
+    slowdown against the same job alone. On the 1:1 line a client ran exactly
+    as fast as its share; below it, faster.
+    """
+    title = "Client slowdown against partition size"
+    clients = frame[frame["level"].isin(CLIENTS)]
+    sizes = frame["parent_run_id"].value_counts()
+    shares = [
+        partition_share(row, int(sizes.get(row["parent_run_id"], 1)))
+        for _, row in clients.iterrows()
+    ]
+    slow = _finite(clients["slowdown"]).to_numpy()
+    expected = np.array([float(1 / s) if s else np.nan for s in shares])
+    ok = np.isfinite(slow) & np.isfinite(expected)
+    if not ok.any():
+        return empty_figure(
+            "No slowdown yet: it needs a baseline, a FINISHED run of the same command "
+            "alone<br>(collocation none) that reports examples.",
+            title,
+        )
+    fig = go.Figure()
+    top = float(max(np.nanmax(slow[ok]), np.nanmax(expected[ok]), 1.0)) * 1.1
+    fig.add_trace(
+        go.Scatter(
+            x=[0, top],
+            y=[0, top],
+            mode="lines",
+            name="1:1 (as fast as its share)",
+            line={"color": "#999", "dash": "dash"},
+            hoverinfo="skip",
+        )
+    )
+    labels = [f"{s.numerator}/{s.denominator}" if s else "?" for s in shares]
+    part = clients.assign(_x=expected, _y=slow, _share=labels)[ok]
+    for mode, group in part.groupby("collocation", sort=False):
+        fig.add_trace(
+            go.Scatter(
+                x=group["_x"],
+                y=group["_y"],
+                mode="markers+text",
+                text=group["run_name"],
+                textposition="top center",
+                name=str(mode),
+                marker={"size": 11, "color": mode_colour(mode)},
+                customdata=group[["_share", "workload"]].to_numpy(),
+                hovertemplate="%{text} (%{customdata[1]})<br>share %{customdata[0]} of the GPU"
+                "<br>slowdown %{y:.2f}× (share implies %{x:.2f}×)<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="partition size as slowdown: 1 / share of the GPU", range=[0, top])
+    fig.update_yaxes(title_text="measured slowdown vs alone", range=[0, top])
+    return _finish(fig, title)
+
+
+def utilisation_figure(frame: pd.DataFrame) -> go.Figure:
+    """Mean GPU utilisation and SM activity per run, in percent."""
+    title = "GPU utilisation and SM activity per run"
+    util = _finite(frame["util_mean_pct"]).to_numpy()
+    smact = _finite(frame["smact_mean_ratio"]).to_numpy() * 100
+    ok = np.isfinite(util) | np.isfinite(smact)
+    if not ok.any():
+        return empty_figure(
+            "No GPU utilisation in these runs (a CPU-only machine?): the nvml and smi listeners<br>"
+            "record utilisation, dcgm SM activity. CPU series are on the time-series page.",
+            title,
+        )
+    rows = frame[ok]
+    names = [
+        f"{n} (workload)" if lvl == "provider" else str(n)
+        for n, lvl in zip(rows["run_name"], rows["level"], strict=True)
+    ]
+    fig = go.Figure()
+    for values, label, colour in (
+        (util[ok], "utilisation", "#1f77b4"),
+        (smact[ok], "SM activity", "#ff7f0e"),
+    ):
+        if np.isfinite(values).any():
+            fig.add_trace(go.Bar(x=names, y=values, name=f"{label} (%)", marker_color=colour))
+    fig.update_yaxes(title_text="%", range=[0, 100])
+    fig.update_layout(barmode="group")
+    return _finish(fig, title)
+
+
+def _finish(fig: go.Figure, title: str) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.01},
+        height=420,
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 60, "b": 60},
+        legend={"orientation": "h", "y": -0.18},
+    )
+    return fig

@@ -1,0 +1,1 @@
+"""The UI's pages: each has ``layout()`` and ``register(app, store)``."""

@@ -1,0 +1,83 @@
+"""Compare page: the MIG energy study's charts for the selected runs' workloads (or all of them)."""
+
+from __future__ import annotations
+
+from dash import Dash, Input, Output, dcc, html
+from radt.frontend.data import DataError, Store
+from radt.frontend.figures import (
+    efficiency_figure,
+    focus,
+    normalise,
+    slowdown_figure,
+    throughput_energy_figure,
+    utilisation_figure,
+)
+from radt.frontend.style import empty_figure
+
+CHARTS = ("cmp-efficiency", "cmp-bars", "cmp-slowdown", "cmp-util")
+
+
+def _graph(graph_id: str) -> html.Div:
+    return html.Div(
+        className="radt-card",
+        children=dcc.Graph(
+            id=graph_id, figure=empty_figure("Loading…"), config={"displaylogo": False}
+        ),
+    )
+
+
+def layout() -> html.Div:
+    """The page: a note on what is compared, then the four charts."""
+    return html.Div(
+        className="radt-page",
+        children=[
+            html.Div(id="cmp-note", className="radt-note"),
+            html.Div(className="radt-grid-2", children=[_graph(CHARTS[0]), _graph(CHARTS[2])]),
+            _graph(CHARTS[1]),
+            _graph(CHARTS[3]),
+        ],
+    )
+
+
+def register(app: Dash, store: Store) -> None:
+    """The page's callback: one summary, four charts."""
+
+    @app.callback(
+        Output("cmp-note", "children"),
+        *(Output(chart, "figure") for chart in CHARTS),
+        Input("selection", "data"),
+        Input("experiment", "data"),
+    )
+    def charts(selection, experiment):
+        selection = selection or {}
+        chosen = [r["run_id"] for r in selection.get("runs", [])]
+        exp = selection.get("experiment") if chosen else (experiment or {}).get("id")
+        if not exp:
+            message = "No experiment chosen: pick one on the Runs page."
+            return [message, *(empty_figure(message) for _ in CHARTS)]
+        try:
+            frame = store.summary(exp)
+        except DataError as exc:
+            return [str(exc), *(empty_figure(str(exc)) for _ in CHARTS)]
+        if frame.empty:
+            message = "This experiment has no runs yet."
+            return [message, *(empty_figure(message) for _ in CHARTS)]
+        shown = normalise(focus(frame, chosen))
+        workloads = int((shown["level"] != "client").sum())
+        if chosen:
+            note = (
+                f"The {workloads} workload(s) of the {len(chosen)} selected runs. Colour: "
+                "collocation mode; grouped by power limit."
+            )
+        else:
+            note = (
+                f"Every workload of the experiment ({workloads}); tick runs on the Runs page "
+                "to narrow the comparison. Colour: collocation mode; grouped by power limit."
+            )
+        return [
+            note,
+            efficiency_figure(shown),
+            throughput_energy_figure(shown),
+            slowdown_figure(shown),
+            utilisation_figure(shown),
+        ]

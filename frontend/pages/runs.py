@@ -1,0 +1,268 @@
+"""Runs page: an experiment's workloads and runs in a grid; tick runs to compare them."""
+
+from __future__ import annotations
+
+import math
+
+import dash_ag_grid as dag
+import pandas as pd
+from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
+from radt.frontend.data import DataError, Store
+
+HIDDEN = {"height": "0px", "display": "none"}
+LEVELS = {"provider": "workload", "client": "client", "run": "run"}
+_BLANK = "params.value == null ? '' : "
+_NUMBER = {"function": _BLANK + "d3.format(',.1f')(params.value)"}
+_INTEGER = {"function": _BLANK + "d3.format(',.0f')(params.value)"}
+_RATIO = {"function": _BLANK + "d3.format('.2f')(params.value)"}
+
+
+def _si(scale: float, unit: str) -> dict:
+    """A formatter of SI values: ns stored, ``25.8ms`` shown."""
+    return {"function": _BLANK + f"d3.format('.3s')(params.value * {scale}) + '{unit}'"}
+
+
+def _col(field: str, header: str, fmt: dict | None = None, **extra) -> dict:
+    column = {"field": field, "headerName": header, **extra}
+    if fmt is not None:
+        column.update(valueFormatter=fmt, filter="agNumberColumnFilter", type="rightAligned")
+    return column
+
+
+COLUMNS = [
+    _col("name", "run", pinned="left", minWidth=170),
+    _col("kind", "kind", width=105),
+    _col("workload", "workload", width=120),
+    _col(
+        "status",
+        "status",
+        width=115,
+        cellStyle={
+            "styleConditions": [
+                {"condition": "params.value == 'FAILED'", "style": {"color": "#b00020"}},
+                {"condition": "params.value == 'KILLED'", "style": {"color": "#b00020"}},
+                {"condition": "params.value == 'RUNNING'", "style": {"color": "#0b61c4"}},
+            ]
+        },
+    ),
+    _col("collocation", "collocation", width=120),
+    _col("mig_profile", "MIG profile", width=120),
+    _col("mps_thread_pct", "MPS %", _INTEGER, width=95),
+    _col("power_limit_w", "power limit (W)", width=130),
+    _col("duration_s", "duration (s)", _NUMBER, width=120),
+    _col("examples", "examples", _INTEGER, width=110),
+    _col("examples_per_s", "examples/s", _NUMBER, width=115),
+    _col("time_per_example_ns", "time/example", _si(1e-9, "s"), width=125),
+    _col("energy_j", "energy (J)", _NUMBER, width=110),
+    _col("energy_per_example_nj", "energy/example", _si(1e-9, "J"), width=135),
+    _col("power_mean_w", "mean power (W)", _NUMBER, width=135),
+    _col("util_mean_pct", "GPU util (%)", _NUMBER, width=120),
+    _col("smact_mean_ratio", "SM activity", _RATIO, width=115),
+    _col("gpu_mem_peak_mib", "GPU mem peak (MiB)", _INTEGER, width=160),
+    _col("host_mem_peak_mib", "host mem peak (MiB)", _INTEGER, width=160),
+    _col("slowdown", "slowdown", _RATIO, width=110),
+    _col("start", "start (UTC)", width=170),
+    _col("run_id", "run id", width=290),
+]
+"""The grid's columns: ``radt.summary`` columns, numbers formatted, each filterable and sortable."""
+
+
+def _cell(value):
+    """A JSON-safe cell: NaN and NaT become None, timestamps ISO text."""
+    if value is None or value is pd.NaT:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if hasattr(value, "item"):
+        return _cell(value.item())
+    return value
+
+
+def grid_rows(frame: pd.DataFrame) -> list[dict]:
+    """Rows of the runs grid from a ``radt.summary`` frame (each workload before its clients)."""
+    rows = []
+    for record in frame.to_dict("records"):
+        row = {key: _cell(value) for key, value in record.items()}
+        level = row.get("level") or "run"
+        name = row.get("run_name") or str(row["run_id"])[:8]
+        row["name"] = f"↳ {name}" if level == "client" else name
+        row["kind"] = LEVELS.get(level, level)
+        rows.append(row)
+    return rows
+
+
+def layout() -> html.Div:
+    """The page: experiment picker, quick filter, the grid."""
+    return html.Div(
+        className="radt-page",
+        children=[
+            html.Div(
+                className="radt-controls",
+                children=[
+                    html.Label("Experiment", htmlFor="exp-picker"),
+                    dcc.Dropdown(id="exp-picker", clearable=False, style={"width": "320px"}),
+                    html.Button("Refresh", id="runs-refresh", n_clicks=0),
+                    dcc.Input(
+                        id="runs-filter",
+                        type="search",
+                        placeholder="filter rows…",
+                        debounce=False,
+                        style={"width": "200px"},
+                    ),
+                ],
+            ),
+            html.Div(id="runs-note", className="radt-note"),
+            dag.AgGrid(
+                id="runs-grid",
+                columnDefs=COLUMNS,
+                rowData=[],
+                defaultColDef={
+                    "sortable": True,
+                    "filter": True,
+                    "floatingFilter": True,
+                    "resizable": True,
+                },
+                getRowId="params.data.run_id",
+                dashGridOptions={
+                    "rowSelection": {"mode": "multiRow", "enableClickSelection": False},
+                    "selectionColumnDef": {"pinned": "left", "width": 48, "maxWidth": 48},
+                    "animateRows": False,
+                    "tooltipShowDelay": 300,
+                },
+                getRowStyle={
+                    "styleConditions": [
+                        {
+                            "condition": "params.data.level == 'provider'",
+                            "style": {"fontWeight": 600, "backgroundColor": "#f3f6fa"},
+                        }
+                    ]
+                },
+                style={"height": "320px"},
+            ),
+        ],
+    )
+
+
+def _empty_note(store: Store, what: str) -> html.Div:
+    return html.Div(
+        className="radt-empty",
+        children=[
+            html.Div(what),
+            html.Div(
+                [
+                    "Record runs with ",
+                    html.Code("radt train.py"),
+                    " or a plan such as ",
+                    html.Code("radt examples/collocation.csv"),
+                    f" (tracking store {store.label}), then press Refresh.",
+                ]
+            ),
+        ],
+    )
+
+
+def register(app: Dash, store: Store) -> None:
+    """The page's callbacks."""
+
+    @app.callback(
+        Output("exp-picker", "options"),
+        Output("exp-picker", "value"),
+        Output("runs-note", "children", allow_duplicate=True),
+        Input("runs-refresh", "n_clicks"),
+        State("experiment", "data"),
+        prevent_initial_call="initial_duplicate",
+    )
+    def experiments(_clicks, current):
+        try:
+            found = store.experiments()
+        except DataError:
+            note = "No experiments to show: the tracking store did not answer (see above)."
+            return [], None, html.Div(note, className="radt-empty")
+        if not found:
+            return [], None, _empty_note(store, "No experiments yet.")
+        options = [{"label": e.name, "value": e.id} for e in found]
+        ids = [e.id for e in found]
+        chosen = (current or {}).get("id")
+        if chosen not in ids:
+            try:
+                chosen = store.latest_experiment(found) or ids[0]
+            except DataError:
+                chosen = ids[0]
+        return options, chosen, no_update
+
+    @app.callback(
+        Output("runs-grid", "rowData"),
+        Output("runs-grid", "selectedRows"),
+        Output("runs-grid", "style"),
+        Output("runs-note", "children"),
+        Output("experiment", "data"),
+        Input("exp-picker", "value"),
+        Input("runs-refresh", "n_clicks"),
+        State("exp-picker", "options"),
+        State("selection", "data"),
+        prevent_initial_call=True,
+    )
+    def rows(experiment, _clicks, options, selection):
+        if not experiment:
+            return [], {"ids": []}, HIDDEN, no_update, no_update
+        name = next((o["label"] for o in options or [] if o["value"] == experiment), experiment)
+        chosen = {"id": experiment, "name": name}
+        try:
+            frame = store.summary(experiment)
+        except DataError as exc:
+            return (
+                [],
+                {"ids": []},
+                HIDDEN,
+                html.Div(str(exc), className="radt-empty"),
+                chosen,
+            )
+        if frame.empty:
+            note = _empty_note(store, f"Experiment {name!r} has no runs yet.")
+            return [], {"ids": []}, HIDDEN, note, chosen
+        data = grid_rows(frame)
+        kept = []
+        if (selection or {}).get("experiment") == experiment:
+            have = {row["run_id"] for row in data}
+            kept = [r["run_id"] for r in selection.get("runs", []) if r["run_id"] in have]
+        kinds = [row["kind"] for row in data]
+        counts = ", ".join(
+            f"{kinds.count(kind)} {label}"
+            for kind, label in (
+                ("workload", "workloads"),
+                ("client", "runs in them"),
+                ("run", "single runs"),
+            )
+            if kinds.count(kind)
+        )
+        note = (
+            f"{counts}. Tick runs to overlay their series and compare them; click a header to sort."
+        )
+        height = {"height": f"{min(640, 100 + 42 * len(data))}px"}
+        return data, {"ids": kept}, height, note, chosen
+
+    @app.callback(
+        Output("selection", "data"),
+        Input("runs-grid", "selectedRows"),
+        State("exp-picker", "value"),
+        State("selection", "data"),
+        prevent_initial_call=True,
+    )
+    def remember(selected, experiment, previous):
+        if isinstance(selected, dict) or selected is None:
+            return no_update  # the ids the grid was given; it reports the rows next
+        runs = [{"run_id": r["run_id"], "run_name": r.get("run_name")} for r in selected]
+        current = {"experiment": experiment, "runs": runs}
+        return no_update if current == previous else current
+
+    @app.callback(
+        Output("runs-grid", "dashGridOptions"),
+        Input("runs-filter", "value"),
+        prevent_initial_call=True,
+    )
+    def quick_filter(text):
+        patch = Patch()
+        patch["quickFilterText"] = text or ""
+        return patch

@@ -1,0 +1,189 @@
+"""Time-series page: metric keys of the selected runs (and their workloads) overlaid.
+
+The server downsamples every trace to ~2,000 points (MinMaxLTTB) and, when the
+user zooms, draws the visible window again from the full-rate samples. While
+any shown run is RUNNING the chart refreshes every few seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+from radt.frontend.data import DataError, RunInfo, Store
+from radt.frontend.downsample import DEFAULT_BUDGET
+from radt.frontend.series import RunLabel, default_keys, relayout_window, timeseries_figure
+from radt.frontend.style import empty_figure
+
+LIVE_MS = 3_000
+GPU_LISTENERS = ("nvml/", "smi/", "dcgm/")
+
+
+def layout() -> html.Div:
+    """The page: key picker, time axis choice, the chart."""
+    return html.Div(
+        className="radt-page",
+        children=[
+            html.Div(id="ts-message"),
+            html.Div(
+                className="radt-controls",
+                children=[
+                    dcc.Dropdown(
+                        id="ts-keys",
+                        multi=True,
+                        placeholder="metric keys…",
+                        style={"minWidth": "480px", "flex": "1"},
+                    ),
+                    dcc.RadioItems(
+                        id="ts-time",
+                        options=[
+                            {"label": "time since each run started", "value": "relative"},
+                            {"label": "wall time (UTC)", "value": "wall"},
+                        ],
+                        value="relative",
+                        inline=True,
+                        inputStyle={"marginRight": "4px", "marginLeft": "10px"},
+                    ),
+                ],
+            ),
+            html.Div(id="ts-info", className="radt-note"),
+            html.Div(
+                className="radt-card",
+                children=dcc.Graph(
+                    id="ts-graph",
+                    figure=empty_figure("Loading…"),
+                    config={"displaylogo": False, "scrollZoom": False},
+                ),
+            ),
+            dcc.Interval(id="ts-live", interval=LIVE_MS, disabled=True),
+            dcc.Store(id="ts-range"),
+            dcc.Store(id="ts-rev"),
+        ],
+    )
+
+
+def _labels(runs: dict[str, RunInfo]) -> dict[str, RunLabel]:
+    return {
+        r.run_id: RunLabel(r.run_id, r.name, r.start_us, workload=r.level == "provider")
+        for r in runs.values()
+    }
+
+
+def _revision(run_ids: list[str], keys: list[str], mode: str) -> str:
+    text = json.dumps([sorted(run_ids), list(keys), mode])
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _message(children) -> html.Div:
+    return html.Div(children, className="radt-empty")
+
+
+def _keys_note(keys: list[str]) -> html.Div | None:
+    """What the key list says about the runs: nothing recorded yet, or no GPU listener."""
+    if not keys:
+        return html.Div("These runs hold no metrics yet.", className="radt-note")
+    if not any(k.startswith(GPU_LISTENERS) for k in keys):
+        return html.Div(
+            "No GPU metrics in these runs (no nvml, smi or dcgm listener ran, or no GPU): "
+            "CPU, memory and I/O series only.",
+            className="radt-note",
+        )
+    return None
+
+
+def _info(stats, window, frame, runs: dict[str, RunInfo]) -> str:
+    info = f"{stats.traces} traces, {stats.shown:,} points drawn"
+    if stats.downsampled:
+        info += f" of {stats.samples:,} samples (MinMaxLTTB, ≤{DEFAULT_BUDGET:,} per trace)"
+    info += "; zoomed in: full resolution within the budget" if window else ""
+    sources = frame.attrs.get("radt.source", {})
+    decimated = [runs[r].name for r, s in sources.items() if s == "metrics" and r in runs]
+    if decimated:
+        info += ". From MLflow's decimated stream (no samples artifact): " + ", ".join(decimated)
+    live = [r.name for r in runs.values() if r.running]
+    if live:
+        info += f". Live: {', '.join(live)} still running, refreshing every {LIVE_MS // 1000} s"
+    return info
+
+
+def register(app: Dash, store: Store) -> None:
+    """The page's callbacks: one draws (keys, figure, live refresh), one follows zooms."""
+
+    @app.callback(
+        Output("ts-keys", "options"),
+        Output("ts-keys", "value"),
+        Output("ts-message", "children"),
+        Output("ts-graph", "figure"),
+        Output("ts-info", "children"),
+        Output("ts-rev", "data"),
+        Output("ts-live", "disabled"),
+        Input("selection", "data"),
+        Input("ts-keys", "value"),
+        Input("ts-time", "value"),
+        Input("ts-range", "data"),
+        Input("ts-live", "n_intervals"),
+        State("keys", "data"),
+    )
+    def draw(selection, keys, mode, view, _tick, saved):
+        chosen = [r["run_id"] for r in (selection or {}).get("runs", [])]
+        if not chosen:
+            note = _message(
+                [
+                    "No runs selected. Tick runs on the ",
+                    dcc.Link("Runs page", href="/"),
+                    " to overlay their series here.",
+                ]
+            )
+            empty = empty_figure("Select runs on the Runs page.")
+            return [], [], note, empty, None, None, True
+        try:
+            runs = store.runs(chosen)
+        except DataError as exc:
+            return [], [], _message(str(exc)), empty_figure(str(exc)), None, None, True
+        available = sorted({k for r in runs.values() for k in r.keys})
+        picked = no_update
+        if ctx.triggered_id in (None, "selection") or keys is None:
+            keys = [k for k in saved or [] if k in available] or default_keys(available)
+            picked = keys
+        revision = _revision(list(runs), keys, mode)
+        try:
+            frame = store.samples(list(runs.values()), keys)
+        except DataError as exc:
+            return available, picked, _message(str(exc)), empty_figure(str(exc)), None, None, True
+        window = None
+        if view and view.get("rev") == revision and view.get("range"):
+            window = tuple(view["range"])
+        fig, stats = timeseries_figure(
+            frame,
+            _labels(runs),
+            keys,
+            relative=mode != "wall",
+            window=window,
+            budget=DEFAULT_BUDGET,
+            revision=revision,
+        )
+        live = any(r.running for r in runs.values())
+        info = _info(stats, window, frame, runs)
+        return available, picked, _keys_note(available), fig, info, revision, not live
+
+    @app.callback(
+        Output("keys", "data"),
+        Input("ts-keys", "value"),
+        prevent_initial_call=True,
+    )
+    def save_keys(keys):
+        return keys or []
+
+    @app.callback(
+        Output("ts-range", "data"),
+        Input("ts-graph", "relayoutData"),
+        State("ts-rev", "data"),
+        prevent_initial_call=True,
+    )
+    def zoom(event, revision):
+        change = relayout_window(event)
+        if change is None:
+            raise PreventUpdate
+        return {"rev": revision, "range": None if change[1] is None else list(change[1])}

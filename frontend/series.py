@@ -1,0 +1,255 @@
+"""The time-series figure: metric keys of runs overlaid, one panel per quantity (pure functions).
+
+A key is ``<listener>/<entity>/<quantity>_<unit>`` (DESIGN.md, "Metric keys"):
+keys that end in the same quantity (``top/proc/cpu_pct`` and ``top/host/cpu_pct``)
+share a panel, whose axis names the unit spelled in the suffix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+from radt.frontend.downsample import DEFAULT_BUDGET, reduce
+from radt.frontend.style import PALETTE, empty_figure
+
+UNITS: dict[str, str] = {
+    "w": "W",
+    "j": "J",
+    "kj": "kJ",
+    "pct": "%",
+    "ratio": "ratio",
+    "mib": "MiB",
+    "gib": "GiB",
+    "kib": "KiB",
+    "mhz": "MHz",
+    "c": "°C",
+    "s": "s",
+    "ms": "ms",
+    "us": "µs",
+    "ns": "ns",
+    "mib_s": "MiB/s",
+    "gib_s": "GiB/s",
+    "ops_s": "ops/s",
+    "pkts_s": "packets/s",
+    "bytes": "bytes",
+}
+"""Key suffix → unit; two-part suffixes (``_mib_s``) are tried before one-part ones."""
+
+DASHES = ("solid", "dot", "dash", "dashdot", "longdash", "longdashdot")
+PANEL_HEIGHT = 240
+
+
+@dataclass(frozen=True)
+class RunLabel:
+    """What the figure needs to know about one run."""
+
+    run_id: str
+    name: str
+    start_us: int
+    """The run's start (MLflow start time), microseconds since the epoch: relative time's origin."""
+    workload: bool = False
+    """A workload (parent) run: its series are the devices' of the whole workload."""
+
+
+def quantity(key: str) -> str:
+    """The last part of a key: ``top/proc/cpu_pct`` → ``cpu_pct``; ``examples`` → ``examples``."""
+    return key.rsplit("/", 1)[-1]
+
+
+def split_unit(name: str) -> tuple[str, str]:
+    """A quantity and its unit: ``cpu_pct`` → ``("cpu", "%")``; ``read_mib_s`` → MiB/s.
+
+    A name without a known unit suffix (``threads``) has the unit ``""``.
+    """
+    parts = name.split("_")
+    for width in (2, 1):
+        if len(parts) > width:
+            suffix = "_".join(parts[-width:]).lower()
+            if suffix in UNITS:
+                return "_".join(parts[:-width]).replace("_", " "), UNITS[suffix]
+    return name.replace("_", " "), ""
+
+
+def panel_title(name: str) -> str:
+    """Axis title of a quantity's panel: ``power_w`` → ``power (W)``."""
+    what, unit = split_unit(name)
+    return f"{what} ({unit})" if unit else what
+
+
+def panels(keys: Sequence[str]) -> list[str]:
+    """The quantities of ``keys`` in the order they first appear: one panel each."""
+    return list(dict.fromkeys(quantity(k) for k in keys))
+
+
+def micros(stamps: pd.Series) -> np.ndarray:
+    """Datetimes (naive ones are UTC) as int64 microseconds since the epoch."""
+    if stamps.dt.tz is None:
+        stamps = stamps.dt.tz_localize("UTC")
+    return np.asarray(stamps.dt.as_unit("us").array.asi8, dtype=np.int64)
+
+
+def _x(stamps: pd.Series, run: RunLabel, relative: bool) -> np.ndarray:
+    micros_ = micros(stamps)
+    return (micros_ - run.start_us) / 1e6 if relative else micros_
+
+
+def _bound(value, relative: bool):
+    """A window bound from the browser: seconds (relative), or a date string (wall, UTC)."""
+    if value is None:
+        return None
+    if relative:
+        return float(value)
+    stamp = pd.Timestamp(value)
+    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+    return int(stamp.value // 1000)
+
+
+@dataclass
+class SeriesStats:
+    """What the figure holds: for the status line under the chart."""
+
+    traces: int = 0
+    samples: int = 0
+    shown: int = 0
+
+    @property
+    def downsampled(self) -> bool:
+        return self.shown < self.samples
+
+
+def timeseries_figure(
+    frame: pd.DataFrame,
+    runs: Mapping[str, RunLabel],
+    keys: Sequence[str],
+    *,
+    relative: bool = True,
+    window: tuple | None = None,
+    budget: int = DEFAULT_BUDGET,
+    revision: str = "",
+) -> tuple[go.Figure, SeriesStats]:
+    """Overlay ``keys`` of ``runs`` from a tidy ``frame`` (``radt.load``'s columns).
+
+    One subplot per quantity sharing the time axis: seconds since each run's
+    start (``relative``), else wall time in UTC. Within ``window`` (x-axis
+    bounds as the browser sends them; None: everything) each trace keeps at
+    most ``budget`` points, chosen by MinMaxLTTB. A run's colour is the same
+    in every panel; keys within a panel differ by dash. ``revision`` becomes
+    ``layout.uirevision``, so zoom and hidden traces survive a refresh of the
+    same view.
+    """
+    stats = SeriesStats()
+    names = panels(keys)
+    if not names:
+        return empty_figure("Pick one or more metric keys above."), stats
+    wanted = frame[frame["key"].isin(list(keys))] if len(frame) else frame
+    if wanted.empty:
+        return empty_figure("The selected runs hold no samples of these keys."), stats
+    lo, hi = (None, None) if window is None else (_bound(w, relative) for w in window)
+    fig = make_subplots(
+        rows=len(names),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=min(0.08, 0.3 / len(names)),
+        subplot_titles=[panel_title(n) for n in names],
+    )
+    colours = {run_id: PALETTE[i % len(PALETTE)] for i, run_id in enumerate(runs)}
+    by_key = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    parts = {
+        (str(run_id), str(key)): part
+        for (run_id, key), part in wanted.groupby(["run_id", "key"], observed=True, sort=False)
+    }
+    for key, run_id in ((k, r) for k in by_key for r in runs):
+        part = parts.get((run_id, key))
+        if part is None:
+            continue
+        run = runs[run_id]
+        x = _x(part["timestamp"], run, relative)
+        y = part["value"].to_numpy(dtype=np.float64)
+        order = np.argsort(x, kind="stable")
+        xs, ys, n = reduce(x[order], y[order], lo, hi, budget)
+        stats.traces += 1
+        stats.samples += n
+        stats.shown += len(xs)
+        label = f"{run.name} (workload)" if run.workload else run.name
+        fig.add_trace(
+            go.Scatter(
+                x=xs if relative else xs.astype("datetime64[us]"),
+                y=ys,
+                mode="lines",
+                name=f"{label} · {key}",
+                legendgroup=run_id,
+                line={
+                    "color": colours[run_id],
+                    "width": 1.5,
+                    "dash": DASHES[by_key[key] % len(DASHES)],
+                },
+                hovertemplate=f"{label}<br>{key}<br>%{{x}}: %{{y:.4g}}<extra></extra>",
+            ),
+            row=names.index(quantity(key)) + 1,
+            col=1,
+        )
+    for row, name in enumerate(names, start=1):
+        fig.update_yaxes(title_text=split_unit(name)[1] or None, row=row, col=1)
+    fig.update_xaxes(
+        title_text="seconds since the run started" if relative else "time (UTC)",
+        row=len(names),
+        col=1,
+    )
+    if window is not None:
+        fig.update_xaxes(range=list(window), autorange=False)
+    height = max(320, PANEL_HEIGHT * len(names) + 120)
+    fig.update_layout(
+        height=height,
+        margin={"l": 60, "r": 20, "t": 40, "b": 50},
+        # below the time axis's title: 60 px under the plot area, in paper units
+        legend={"orientation": "h", "yanchor": "top", "y": -60 / (height - 90), "x": 0},
+        hovermode="closest",
+        uirevision=revision,
+        template="plotly_white",
+    )
+    return fig, stats
+
+
+def default_keys(available: Sequence[str]) -> list[str]:
+    """Keys to show first: GPU power and utilisation, the process's CPU, else the first key."""
+    preferred = ("power_w", "util_pct", "smact_ratio")
+    chosen = [k for k in available if quantity(k) in preferred and k.count("/") == 2]
+    chosen += [k for k in available if k == "top/proc/cpu_pct"]
+    return chosen[:4] or list(available[:1])
+
+
+_RANGE = re.compile(r"^xaxis\d*\.range(\[([01])\])?$")
+_AUTO = re.compile(r"^xaxis\d*\.autorange$")
+
+
+def relayout_window(event: Mapping | None) -> tuple[str, tuple | None] | None:
+    """What a plotly relayout event did to the time axis.
+
+    ``("zoom", (lo, hi))`` for a new x range (from any panel: the panels share
+    it), ``("reset", None)`` after a double-click (autorange), None when the
+    event did not touch the time axis (a y zoom, a resize, a legend click).
+    """
+    if not event:
+        return None
+    lo = hi = None
+    for name, value in event.items():
+        if _AUTO.match(name) and value:
+            return ("reset", None)
+        found = _RANGE.match(name)
+        if not found:
+            continue
+        if found.group(2) is None and isinstance(value, (list, tuple)) and len(value) == 2:
+            lo, hi = value
+        elif found.group(2) == "0":
+            lo = value
+        elif found.group(2) == "1":
+            hi = value
+    if lo is None or hi is None:
+        return None
+    return ("zoom", (lo, hi))

@@ -1,0 +1,408 @@
+"""The UI's pure parts: downsampling, the time-series figure, the compare charts, the grid rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import plotly.io as pio
+import pytest
+from radt.frontend.data import metric_keys
+from radt.frontend.downsample import minmax_lttb, reduce, window
+from radt.frontend.figures import (
+    config_label,
+    efficiency_figure,
+    focus,
+    normalise,
+    partition_share,
+    power_label,
+    slowdown_figure,
+    throughput_energy_figure,
+    utilisation_figure,
+)
+from radt.frontend.pages.runs import COLUMNS as GRID_COLUMNS
+from radt.frontend.pages.runs import grid_rows
+from radt.frontend.series import (
+    RunLabel,
+    default_keys,
+    panel_title,
+    panels,
+    relayout_window,
+    split_unit,
+    timeseries_figure,
+)
+
+from radt.summary import COLUMNS
+
+T0 = pd.Timestamp("2026-01-01T00:00:00Z")
+
+
+def annotations(fig) -> str:
+    return " ".join(a.text or "" for a in fig.layout.annotations)
+
+
+# --------------------------------------------------------------------------- downsampling
+
+
+def test_window_keeps_one_sample_beyond_each_edge():
+    x = np.arange(10.0)
+    assert window(x, 3.0, 5.0) == slice(2, 7)
+    assert window(x, 2.5, 5.5) == slice(2, 7)
+    assert window(x, None, None) == slice(0, 10)
+    assert window(x, -5.0, 0.0) == slice(0, 2)
+    assert window(x, 20.0, 30.0) == slice(9, 10)
+
+
+def test_minmax_lttb_keeps_everything_within_the_budget():
+    x = np.arange(100.0)
+    assert np.array_equal(minmax_lttb(x, np.sin(x), 2000), np.arange(100))
+
+
+def test_minmax_lttb_cuts_a_million_points_to_the_budget_keeping_the_extremes():
+    n = 1_000_000
+    x = np.arange(n, dtype=np.int64) * 1000
+    y = np.sin(np.linspace(0, 60, n))
+    y[123_457] = 50.0  # a spike
+    y[765_432] = -50.0  # a dip
+    chosen = minmax_lttb(x, y, 2000)
+    assert len(chosen) == 2000
+    assert np.all(np.diff(chosen) > 0)
+    assert chosen[0] == 0 and chosen[-1] == n - 1
+    assert 123_457 in chosen and 765_432 in chosen
+
+
+def test_minmax_lttb_rejects_mismatched_inputs():
+    with pytest.raises(ValueError):
+        minmax_lttb(np.arange(10.0), np.arange(9.0), 4)
+    with pytest.raises(ValueError):
+        minmax_lttb(np.arange(10.0), np.arange(10.0), 2)
+
+
+def test_reduce_drops_missing_values_and_counts_the_window():
+    x = np.arange(10_000.0)
+    y = np.ones_like(x)
+    y[::2] = np.nan  # every other sample missing (N/A)
+    xs, ys, n = reduce(x, y, 1000.0, 2000.0, budget=100)
+    assert n == 502  # 500 odd samples inside and one beyond each edge
+    assert len(xs) == 100 and np.all(np.isfinite(ys))
+    assert xs[0] == 999.0 and xs[-1] == 2001.0
+    xs, _, n = reduce(x[:50], y[:50], budget=100)
+    assert n == len(xs) == 25
+
+
+# --------------------------------------------------------------------------- time series
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("power_w", ("power", "W")),
+        ("cpu_pct", ("cpu", "%")),
+        ("mem_used_mib", ("mem used", "MiB")),
+        ("energy_j", ("energy", "J")),
+        ("smact_ratio", ("smact", "ratio")),
+        ("sm_clock_mhz", ("sm clock", "MHz")),
+        ("read_mib_s", ("read", "MiB/s")),
+        ("temp_c", ("temp", "°C")),
+        ("threads", ("threads", "")),
+        ("examples", ("examples", "")),
+    ],
+)
+def test_units_come_from_the_key_suffix(name, expected):
+    assert split_unit(name) == expected
+
+
+def test_panel_titles_and_one_panel_per_quantity():
+    assert panel_title("power_w") == "power (W)"
+    assert panel_title("load1") == "load1"
+    keys = ["top/proc/cpu_pct", "nvml/gpu0/power_w", "top/host/cpu_pct", "nvml/gpu1/power_w"]
+    assert panels(keys) == ["cpu_pct", "power_w"]
+
+
+def _tidy(run_id: str, key: str, seconds, values, start: pd.Timestamp = T0) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "run_id": run_id,
+            "key": key,
+            "timestamp": start + pd.to_timedelta(np.asarray(seconds, float), unit="s"),
+            "value": np.asarray(values, float),
+        }
+    )
+
+
+def _label(run_id: str, name: str, start: pd.Timestamp = T0, workload=False) -> RunLabel:
+    return RunLabel(run_id, name, int(start.value // 1000), workload=workload)
+
+
+def test_timeseries_overlays_runs_one_panel_per_quantity_with_units():
+    later = T0 + pd.Timedelta(hours=1)
+    frame = pd.concat(
+        [
+            _tidy("a", "top/proc/cpu_pct", range(10), range(10)),
+            _tidy("b", "top/proc/cpu_pct", range(10), range(10), start=later),
+            _tidy("w", "nvml/gpu0/power_w", range(10), [100] * 10),
+            _tidy("a", "top/proc/rss_mib", range(10), [5] * 10),
+        ]
+    )
+    runs = {"w": _label("w", "pair", workload=True), "a": _label("a", "pair-A")}
+    runs["b"] = _label("b", "pair-B", start=later)
+    keys = ["top/proc/cpu_pct", "nvml/gpu0/power_w"]
+    fig, stats = timeseries_figure(frame, runs, keys, revision="r1")
+    names = [t.name for t in fig.data]
+    assert names == [
+        "pair-A · top/proc/cpu_pct",
+        "pair-B · top/proc/cpu_pct",
+        "pair (workload) · nvml/gpu0/power_w",
+    ]
+    assert "cpu (%)" in annotations(fig) and "power (W)" in annotations(fig)
+    assert fig.layout.yaxis.title.text == "%" and fig.layout.yaxis2.title.text == "W"
+    assert fig.data[2].yaxis == "y2"
+    # relative time: both runs start at 0 although they ran an hour apart
+    assert fig.data[0].x[0] == 0 and fig.data[1].x[0] == 0
+    assert fig.data[0].line.color != fig.data[1].line.color
+    assert fig.layout.uirevision == "r1"
+    assert (stats.traces, stats.samples, stats.shown) == (3, 30, 30)
+    assert not stats.downsampled
+    json.loads(pio.to_json(fig))  # serialisable as Dash sends it
+
+
+def test_timeseries_downsamples_to_the_budget_and_zooms_to_full_resolution():
+    n = 1_000_000
+    frame = _tidy(
+        "a", "nvml/gpu0/power_w", np.arange(n) * 0.001, np.random.default_rng(1).random(n)
+    )
+    runs = {"a": _label("a", "job")}
+    fig, stats = timeseries_figure(frame, runs, ["nvml/gpu0/power_w"], budget=2000)
+    assert len(fig.data[0].x) == 2000 and stats.samples == n and stats.downsampled
+    fig, stats = timeseries_figure(
+        frame, runs, ["nvml/gpu0/power_w"], window=(100.0, 101.0), budget=2000
+    )
+    assert stats.samples == 1003 and len(fig.data[0].x) == 1003 and not stats.downsampled
+    assert list(fig.layout.xaxis.range) == [100.0, 101.0]
+
+
+def test_timeseries_wall_time_uses_utc_datetimes_and_date_windows():
+    frame = _tidy("a", "top/proc/cpu_pct", range(60), range(60))
+    runs = {"a": _label("a", "job")}
+    fig, _ = timeseries_figure(frame, runs, ["top/proc/cpu_pct"], relative=False)
+    assert fig.data[0].x[0] == np.datetime64("2026-01-01T00:00:00")
+    window = ("2026-01-01 00:00:10", "2026-01-01 00:00:20")
+    fig, stats = timeseries_figure(frame, runs, ["top/proc/cpu_pct"], relative=False, window=window)
+    assert stats.samples == 13  # 10 … 20 s, plus one beyond each edge
+    assert fig.layout.xaxis.title.text == "time (UTC)"
+    assert tuple(fig.layout.xaxis.range) == window
+
+
+def test_timeseries_empty_states_say_why():
+    frame = _tidy("a", "top/proc/cpu_pct", range(3), range(3))
+    runs = {"a": _label("a", "job")}
+    fig, stats = timeseries_figure(frame, runs, [])
+    assert "Pick one or more metric keys" in annotations(fig) and stats.traces == 0
+    fig, _ = timeseries_figure(frame, runs, ["nvml/gpu0/power_w"])
+    assert "no samples of these keys" in annotations(fig)
+
+
+def test_relayout_events():
+    assert relayout_window({"xaxis.range[0]": 1.5, "xaxis.range[1]": 9}) == ("zoom", (1.5, 9))
+    assert relayout_window({"xaxis3.range": ["2026-01-01", "2026-01-02"]}) == (
+        "zoom",
+        ("2026-01-01", "2026-01-02"),
+    )
+    assert relayout_window({"xaxis.autorange": True, "xaxis.showspikes": False}) == (
+        "reset",
+        None,
+    )
+    assert relayout_window({"autosize": True}) is None
+    assert relayout_window({"yaxis.range[0]": 0, "yaxis.range[1]": 1}) is None
+    assert relayout_window(None) is None
+
+
+def test_default_keys_prefer_gpu_power_and_process_cpu():
+    keys = ["iostat/vda/read_mib_s", "nvml/gpu0/power_w", "top/proc/cpu_pct", "loss"]
+    assert default_keys(keys) == ["nvml/gpu0/power_w", "top/proc/cpu_pct"]
+    assert default_keys(["iostat/vda/read_mib_s", "loss"]) == ["iostat/vda/read_mib_s"]
+    assert default_keys([]) == []
+
+
+def test_metric_keys_of_a_run():
+    names = [
+        "system/top/proc/cpu_pct",
+        "examples",
+        "summary/top/proc/cpu_pct/mean",
+        "summary/nvml/gpu0/power_w/max",
+    ]
+    assert metric_keys(names) == ("examples", "nvml/gpu0/power_w", "top/proc/cpu_pct")
+
+
+# --------------------------------------------------------------------------- compare charts
+
+
+def summary_frame(rows: list[dict]) -> pd.DataFrame:
+    """A ``radt.summary`` frame with the columns it has; unset figures are NaN."""
+    frame = pd.DataFrame([{c: row.get(c, math.nan) for c in COLUMNS} for row in rows])
+    frame["start"] = pd.to_datetime(T0) + pd.to_timedelta(range(len(frame)), unit="min")
+    return frame
+
+
+def study(energy: bool = True) -> pd.DataFrame:
+    """A baseline, a naive pair, a MIG 4g+3g pair at 250 W and an MPS 50/50 pair."""
+    rows = []
+
+    def workload(name, mode, clients, cap=None, nj=None, ns=None, slow=(), profiles=(), mps=None):
+        rows.append(
+            {
+                "level": "provider",
+                "run_id": name,
+                "run_name": name,
+                "workload": name,
+                "collocation": mode,
+                "power_limit_w": cap,
+                "examples_per_s": 1e9 / ns,
+                "time_per_example_ns": ns,
+                "energy_per_example_nj": nj if energy else math.nan,
+                "util_mean_pct": 80.0 if energy else math.nan,
+            }
+        )
+        for i in range(clients):
+            rows.append(
+                {
+                    "level": "client",
+                    "run_id": f"{name}-{i}",
+                    "run_name": f"{name}-{'AB'[i]}",
+                    "workload": name,
+                    "parent_run_id": name,
+                    "collocation": mode,
+                    "power_limit_w": cap,
+                    "mig_profile": profiles[i] if profiles else None,
+                    "mps_thread_pct": mps if mps is not None else math.nan,
+                    "slowdown": slow[i],
+                }
+            )
+
+    workload("alone", "none", 1, ns=2e6, nj=4e8, slow=(1.0,))
+    workload("pair", "naive", 2, ns=1.5e6, nj=3e8, slow=(1.6, 1.8))
+    workload(
+        "mig",
+        "mig",
+        2,
+        cap="250",
+        ns=1.2e6,
+        nj=2e8,
+        slow=(1.5, 2.1),
+        profiles=("4g.40gb", "3g.40gb"),
+    )
+    workload("mps", "mps", 2, ns=1.3e6, nj=2.5e8, slow=(1.7, 1.9), mps=50.0)
+    return normalise(summary_frame(rows))
+
+
+def test_partition_share_of_each_collocation_mode():
+    row = pd.Series
+    assert partition_share(row({"collocation": "mig", "mig_profile": "3g.40gb"})) == Fraction(3, 7)
+    assert partition_share(row({"collocation": "mig", "mig_profile": "7g.80gb"})) == 1
+    assert partition_share(row({"collocation": "mig", "mig_profile": "weird"})) is None
+    assert partition_share(row({"collocation": "mps", "mps_thread_pct": 50.0}), 2) == Fraction(1, 2)
+    assert partition_share(row({"collocation": "mps", "mps_thread_pct": math.nan}), 4) == Fraction(
+        1, 4
+    )
+    assert partition_share(row({"collocation": "naive"}), 3) == Fraction(1, 3)
+    assert partition_share(row({"collocation": "none"})) == 1
+
+
+def test_labels_of_configurations():
+    assert power_label("250") == "250 W" and power_label(None) == "default cap"
+    assert power_label(math.nan) == "default cap"
+    mig = pd.Series({"collocation": "mig", "mig_profile": "3g.40gb", "power_limit_w": "250"})
+    assert config_label(mig) == "mig 3g.40gb · 250 W"
+    assert config_label(pd.Series({"collocation": "mps", "mps_thread_pct": 50.0})) == (
+        "mps 50% · default cap"
+    )
+
+
+def test_focus_keeps_the_workloads_of_the_selected_runs():
+    frame = study()
+    assert list(focus(frame, ["mig-1"])["run_id"]) == ["mig", "mig-0", "mig-1"]
+    assert list(focus(frame, ["alone"])["run_id"]) == ["alone", "alone-0"]
+    assert len(focus(frame, [])) == len(frame)
+
+
+def test_efficiency_scatter_places_workloads_by_time_and_energy_and_says_down_left_is_better():
+    fig = efficiency_figure(study())
+    points = {name: (x, y) for t in fig.data for name, x, y in zip(t.text, t.x, t.y, strict=True)}
+    assert set(points) == {"alone", "pair", "mig", "mps"}
+    assert points["mig"] == pytest.approx((1.2e-3, 0.2))  # seconds and joules per example
+    assert {t.name for t in fig.data} == {
+        "none · default cap",
+        "naive · default cap",
+        "mig · 250 W",
+        "mps · default cap",
+    }
+    assert "better" in annotations(fig)
+    assert fig.layout.xaxis.ticksuffix == "s" and fig.layout.yaxis.ticksuffix == "J"
+
+
+def test_charts_without_energy_or_examples_carry_a_note_instead_of_an_empty_plot():
+    fig = efficiency_figure(study(energy=False))
+    assert not fig.data and "No GPU energy" in annotations(fig)
+    fig = throughput_energy_figure(study(energy=False))
+    assert fig.data and "no GPU energy recorded" in annotations(fig)
+    fig = utilisation_figure(study(energy=False))
+    assert not fig.data and "No GPU utilisation" in annotations(fig)
+    no_examples = study().assign(time_per_example_ns=math.nan, examples_per_s=math.nan)
+    assert "No run reports examples" in annotations(efficiency_figure(no_examples))
+    assert "No run reports examples" in annotations(throughput_energy_figure(no_examples))
+    no_baseline = study().assign(slowdown=math.nan)
+    assert "needs a baseline" in annotations(slowdown_figure(no_baseline))
+
+
+def test_bars_group_configurations_by_power_limit_and_colour_by_mode():
+    fig = throughput_energy_figure(study())
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert {t.name for t in bars} == {"none", "naive", "mig", "mps"}
+    mig = [t for t in bars if t.name == "mig"]
+    assert [list(level) for level in mig[0].x] == [["250 W"], ["mig"]]
+    assert mig[0].y[0] == pytest.approx(1e9 / 1.2e6)
+    assert mig[1].y[0] == pytest.approx(0.2) and mig[1].xaxis == "x2"
+    assert mig[0].marker.color != [t for t in bars if t.name == "mps"][0].marker.color
+
+
+def test_slowdown_against_partition_size_with_the_one_to_one_line():
+    fig = slowdown_figure(study())
+    line, *points = fig.data
+    assert line.name.startswith("1:1") and list(line.x) == list(line.y)
+    placed = {n: (x, y) for t in points for n, x, y in zip(t.text, t.x, t.y, strict=True)}
+    assert placed["alone-A"] == pytest.approx((1.0, 1.0))
+    assert placed["pair-B"] == pytest.approx((2.0, 1.8))  # naive among 2: half the GPU
+    assert placed["mig-A"] == pytest.approx((7 / 4, 1.5))  # 4g of 7
+    assert placed["mig-B"] == pytest.approx((7 / 3, 2.1))  # 3g of 7
+    assert placed["mps-A"] == pytest.approx((2.0, 1.7))  # 50 % of the SMs
+
+
+def test_utilisation_per_run():
+    fig = utilisation_figure(study())
+    assert [t.name for t in fig.data] == ["utilisation (%)"]
+    assert list(fig.data[0].x) == [
+        "alone (workload)",
+        "pair (workload)",
+        "mig (workload)",
+        "mps (workload)",
+    ]
+
+
+# --------------------------------------------------------------------------- runs grid
+
+
+def test_grid_rows_are_json_safe_and_show_the_hierarchy():
+    frame = study()
+    rows = grid_rows(frame)
+    json.dumps(rows, allow_nan=False)
+    first, second = rows[0], rows[1]
+    assert (first["name"], first["kind"]) == ("alone", "workload")
+    assert (second["name"], second["kind"]) == ("↳ alone-A", "client")
+    assert first["energy_j"] is None and first["start"] == "2026-01-01 00:00:00"
+    fields = {c["field"] for c in GRID_COLUMNS}
+    assert fields - {"name", "kind"} <= set(COLUMNS)
+    for wanted in ("status", "collocation", "mig_profile", "mps_thread_pct", "power_limit_w"):
+        assert wanted in fields

@@ -84,4 +84,11 @@ def experiment_id(client, name_or_id: str | None) -> str:
             return client.get_experiment(name_or_id).experiment_id
         except Exception:
             pass
-    return client.create_experiment(name_or_id)
+    try:
+        return client.create_experiment(name_or_id)
+    except Exception:
+        # Another host may have created it since we looked: use theirs.
+        experiment = client.get_experiment_by_name(name_or_id)
+        if experiment is None:
+            raise
+        return experiment.experiment_id

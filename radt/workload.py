@@ -296,7 +296,8 @@ class WorkloadRunner:
                 "radt.plan_line": str(row.line),
             },
             params=run_params(row.command),
-            listeners=[listener for listener in listeners if listener.scope != "device"],
+            # A fresh instance per run: a listener object observes one process tree.
+            listeners=[type(listener)() for listener in listeners if listener.scope != "device"],
             run_name=row.name or f"{self.workload.name}-{row.letter}",
             parent_run_id=self.parent.run_id,
             window_s=self.options.window_s,

@@ -95,7 +95,8 @@ for i in range(due):
     lags.append(time.time() - scheduled)
     done += 1
 ended = time.time()
-print(json.dumps({"due": due, "done": done, "lags": lags, "began": began, "ended": ended}))
+result = {"due": due, "done": done, "lags": lags, "began": began, "ended": ended}
+print("RESULT", json.dumps(result))
 """
 
 
@@ -195,9 +196,7 @@ def percentile(values: list[float], q: float) -> float:
 def lag_text(lags: list[float]) -> str:
     if not lags:
         return "–"
-    return (
-        f"{statistics.median(lags):.1f} / {percentile(lags, 0.95):.1f} / {max(lags):.1f}"
-    )
+    return f"{statistics.median(lags):.1f} / {percentile(lags, 0.95):.1f} / {max(lags):.1f}"
 
 
 # ------------------------------------------------------------------------ conditions
@@ -311,7 +310,8 @@ def run_per_sample(args, server, postgres, keys_per_run: int) -> dict:
             out, err = worker.communicate()
             if worker.returncode != 0:
                 raise SystemExit(f"per-sample worker failed:\n{err}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
+            line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+            results.append(json.loads(line[len("RESULT ") :]))
         ended = time.time()
     for run_id in run_ids:
         client.set_terminated(run_id)

@@ -2,11 +2,15 @@
 
 The spool is the full-rate truth of a run (DESIGN.md). Each append writes one
 record batch and flushes it, so a crash loses at most the batch in flight; a
-chunk cut short by a crash is read up to its last whole batch.
+chunk cut short by a crash is read up to its last whole batch. A write that
+fails part-way (a full disk) is cut back to the chunk's last whole batch, and
+the next append starts a fresh chunk, so no chunk holds a torn message.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,10 +52,12 @@ class SpoolWriter:
         self.folder = folder
         self.chunk_s = chunk_s
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._index = len(list(self.folder.glob(CHUNK_GLOB)))
+        self._index = max((_chunk_number(p) for p in self.folder.glob(CHUNK_GLOB)), default=0)
         self._sink = None
         self._writer: ipc.RecordBatchStreamWriter | None = None
         self._opened = 0.0
+        self._path: Path | None = None
+        self._good_bytes = 0
         self.rows = 0
 
     def append(self, samples: Sequence[Sample]) -> None:
@@ -61,8 +67,13 @@ class SpoolWriter:
         if self._writer is None or time.monotonic() - self._opened >= self.chunk_s:
             self._rotate()
         assert self._writer is not None and self._sink is not None
-        self._writer.write_batch(samples_to_batch(samples))
-        self._sink.flush()
+        try:
+            self._writer.write_batch(samples_to_batch(samples))
+            self._sink.flush()
+        except OSError:
+            self._abandon()
+            raise
+        self._good_bytes = self._sink.tell()
         self.rows += len(samples)
 
     def close(self) -> None:
@@ -77,10 +88,39 @@ class SpoolWriter:
     def _rotate(self) -> None:
         self.close()
         self._index += 1
-        path = self.folder / f"chunk-{self._index:06d}.arrows"
-        self._sink = pa.OSFile(str(path), "wb")
-        self._writer = ipc.new_stream(self._sink, SCHEMA)
+        self._path = self.folder / f"chunk-{self._index:06d}.arrows"
+        self._good_bytes = 0
+        try:
+            self._sink = pa.OSFile(str(self._path), "wb")
+            self._writer = ipc.new_stream(self._sink, SCHEMA)
+            self._sink.flush()
+        except OSError:
+            self._abandon()
+            raise
+        self._good_bytes = self._sink.tell()
         self._opened = time.monotonic()
+
+    def _abandon(self) -> None:
+        """Drop the current chunk after a failed write, keeping its whole batches only."""
+        sink, self._writer, self._sink = self._sink, None, None
+        if sink is not None:
+            with contextlib.suppress(OSError, pa.ArrowException):
+                sink.close()
+        if self._path is None:
+            return
+        try:
+            if self._good_bytes:
+                os.truncate(self._path, self._good_bytes)
+            else:
+                self._path.unlink(missing_ok=True)
+        except OSError:
+            # read_spool validates every batch and stops at a torn one.
+            pass
+
+
+def _chunk_number(path: Path) -> int:
+    digits = path.name.removeprefix("chunk-").removesuffix(".arrows")
+    return int(digits) if digits.isdigit() else 0
 
 
 def read_spool(folder: Path) -> tuple[pa.Table, list[str]]:
@@ -99,6 +139,7 @@ def read_spool(folder: Path) -> tuple[pa.Table, list[str]]:
                 if reader.schema != SCHEMA:
                     raise ValueError(f"unexpected columns {reader.schema.names}")
                 for batch in reader:
+                    batch.validate(full=True)
                     batches.append(batch)
                     read += batch.num_rows
         except (pa.ArrowInvalid, OSError, ValueError) as exc:

@@ -45,6 +45,8 @@ class Child:
         self.log_path = log_path
         self.prefix = prefix.encode()
         self.process: subprocess.Popen[bytes] | None = None
+        self.ended_s: float | None = None
+        """When the command was first seen to have exited (epoch seconds)."""
         self._log: BinaryIO | None = None
         self._log_lock = threading.Lock()
         self._pumps: list[threading.Thread] = []
@@ -81,7 +83,10 @@ class Child:
     def poll(self) -> int | None:
         """The exit status, or None while it runs."""
         assert self.process is not None
-        return self.process.poll()
+        code = self.process.poll()
+        if code is not None and self.ended_s is None:
+            self.ended_s = time.time()
+        return code
 
     def signal_group(self, signum: int) -> None:
         """Send ``signum`` to the command's whole process group."""
@@ -115,8 +120,9 @@ class Child:
                 data = b""
             with self._log_lock:
                 assert self._log is not None
-                self._log.write(data)
-                self._log.flush()
+                if not self._log.closed:  # join_output gave up waiting for this pump
+                    self._log.write(data)
+                    self._log.flush()
             if self.prefix:
                 # Whole lines only, so that commands running together interleave by line.
                 lines = (partial + data).split(b"\n")

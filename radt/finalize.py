@@ -81,6 +81,10 @@ def summary_points(
         points.append(Metric(f"summary/{key}/mean", mean, when, 0))
         points.append(Metric(f"summary/{key}/max", peak, when, 0))
     duration_s = (state.ended_s or state.started_s) - state.started_s
+    if state.ended_s:
+        # Energy over the run's own window: not while radT stopped listeners after it.
+        end = pa.scalar(round(state.ended_s * 1e6), pa.timestamp("us", tz="UTC"))
+        samples = samples.filter(pc.less_equal(samples["timestamp"], end))
     figures = summarize_samples(samples.to_pandas(), examples=examples, duration_s=duration_s)
     points += [
         Metric(f"summary/{name}", value, when, 0)

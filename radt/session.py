@@ -149,14 +149,25 @@ class RecordedRun:
             except Exception as exc:
                 self.warn(f"listener {listener.name} could not collect its report: {exc}")
 
-    def close(self, status: str, exit_code: int | None, send_timeout_s: float = 30.0) -> bool:
-        """Stop recording and complete the run in MLflow; True when nothing is left to sync."""
+    def close(
+        self,
+        status: str,
+        exit_code: int | None,
+        send_timeout_s: float = 30.0,
+        ended_s: float | None = None,
+    ) -> bool:
+        """Stop recording and complete the run in MLflow; True when nothing is left to sync.
+
+        ``ended_s`` is when the command ended, the run's end time in MLflow (default:
+        now); stopping listeners and collecting their reports comes after it.
+        """
+        ended_s = ended_s or time.time()
         self.stop_listeners()
         if self._environment is not None:
             self._environment.join(timeout=60)
         state = self.state
         state.status, state.exit_code = status, exit_code
-        state.ended_s = time.time()
+        state.ended_s = ended_s
         unsent = self.recorder.close(send_timeout_s)
         if unsent == 0 and "metrics" in state.pending:
             state.pending.remove("metrics")

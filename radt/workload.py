@@ -335,6 +335,7 @@ class WorkloadRunner:
             if child.process is not None and child.poll() is None:
                 child.signal_group(signal.SIGKILL)
                 child.process.wait()
+                child.poll()  # notes when it ended
             if child.process is not None:
                 child.reap_group(grace_s=1.0)
                 child.join_output()
@@ -362,12 +363,14 @@ class WorkloadRunner:
     def _close(self, codes: list[int], failure: BaseException | None) -> int:
         results: dict[int, tuple[str, str]] = {}
         worst = Outcome("FINISHED", 0)
+        workload_ended_s = max((c.ended_s for c in self.children if c.ended_s), default=None)
         for index, row in enumerate(self.workload.rows):
             outcome = self._outcome(index, codes, failure)
             if index < len(self.runs):
                 run = self.runs[index]
                 run.state.tags.update(outcome.tags)
-                run.close(outcome.status, outcome.exit_code)
+                child = self.children[index] if index < len(self.children) else None
+                run.close(outcome.status, outcome.exit_code, ended_s=child and child.ended_s)
                 results[row.line] = (outcome.status, run.run_id)
             else:
                 results[row.line] = (outcome.status, "")
@@ -382,7 +385,7 @@ class WorkloadRunner:
         if reason:
             self.parent.state.tags["radt.stop_reason"] = reason
         self.parent.state.tags["radt.exit_code"] = str(worst.exit_code)
-        self.parent.close(worst.status, worst.exit_code)
+        self.parent.close(worst.status, worst.exit_code, ended_s=workload_ended_s)
         self.plan.record(self.workload, results)
         say(f"workload {self.workload.label}: {worst.status}")
         self.interrupted = isinstance(failure, KeyboardInterrupt) or (

@@ -111,7 +111,7 @@ def capture(target: Path) -> dict[str, str]:
     details = {
         "tags": tags,
         "python_executable": sys.executable,
-        "argv": sys.argv,
+        "argv": [URI_PASSWORD.sub(r"\1:***@", arg) for arg in sys.argv],
         "cwd": os.getcwd(),
         "environ": filtered_environ(),
     }

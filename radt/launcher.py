@@ -18,6 +18,7 @@ from radt.supervise import Supervisor
 from radt.tracking import (
     connect,
     experiment_id,
+    move_credentials,
     prepare_process_env,
     redact,
     resolve_tracking_uri,
@@ -52,6 +53,10 @@ def open_store(explicit_uri: str | None):
     uri, embedded = resolve_tracking_uri(explicit_uri)
     if embedded:
         say(f"MLFLOW_TRACKING_URI is not set; using the embedded store {uri}")
+    uri, credentials = move_credentials(uri)
+    os.environ.update(credentials)
+    if "MLFLOW_TRACKING_URI" in os.environ:
+        os.environ["MLFLOW_TRACKING_URI"] = uri
     original_env = dict(os.environ)
     prepare_process_env()
     return connect(uri), uri, original_env
@@ -154,7 +159,8 @@ def _end(run: RecordedRun, child: Child, status: str, exit_code, options: Launch
     if child.process is not None:
         child.reap_group(grace_s=1.0)
         child.join_output()
-    if run.close(status, exit_code, options.send_timeout_s):
+    ended_s = child.ended_s if child.process is not None else None
+    if run.close(status, exit_code, options.send_timeout_s, ended_s):
         say(
             f"run {run.run_id} {status} (exit code {exit_code}); "
             f"{run.recorder.received} samples recorded"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -12,7 +13,7 @@ import psutil
 from radt.finalize import finish
 from radt.runfolder import RunFolder, RunState, find_folders
 from radt.spool import CHUNK_GLOB
-from radt.tracking import connect, prepare_process_env
+from radt.tracking import connect, move_credentials, prepare_process_env
 
 ORPHAN_NOTE = "radT stopped before the run ended (killed or crashed); finished by `radt sync`"
 
@@ -63,7 +64,7 @@ def sync(root: Path) -> int:
             adopt_orphan(folder, state)
             _say(f"run {state.run_id}: its radT is gone; marking it FAILED")
         try:
-            client = connect(state.tracking_uri)
+            client = connect(_with_credentials(state.tracking_uri))
         except Exception as exc:
             _say(f"run {state.run_id}: {exc}")
             incomplete += 1
@@ -73,3 +74,12 @@ def sync(root: Path) -> int:
         else:
             incomplete += 1
     return 1 if incomplete else 0
+
+
+def _with_credentials(uri: str) -> str:
+    """The recorded URI (radT keeps none with a password); when MLFLOW_TRACKING_URI names
+    the same store with credentials, they move to the variables its client reads."""
+    given, credentials = move_credentials(os.environ.get("MLFLOW_TRACKING_URI", ""))
+    if credentials and given == uri:
+        os.environ.update(credentials)
+    return uri

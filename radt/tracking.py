@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from radt.errors import TrackingUnreachable, UsageError
 
@@ -27,6 +28,33 @@ def resolve_tracking_uri(explicit: str | None = None) -> tuple[str, bool]:
 def redact(uri: str) -> str:
     """Hide a password in a URI (``postgresql://u:secret@h/db`` → ``postgresql://u:***@h/db``)."""
     return re.sub(r"(?<=://)([^:/@]+):[^@/]+@", r"\1:***@", uri)
+
+
+def move_credentials(uri: str) -> tuple[str, dict[str, str]]:
+    """Take a user's password out of ``uri`` and into the variables its client reads.
+
+    ``http(s)://user:secret@host`` becomes ``http(s)://host`` with
+    ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``;
+    ``postgresql://user:secret@host/db`` keeps the user and moves the password to
+    ``PGPASSWORD`` (libpq reads it). The clean URI is what radT records, prints and
+    hands to the command, so a password never reaches a run. Other URIs are
+    returned as they are.
+    """
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri, {}
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = unquote(parts.username or "")
+    password = unquote(parts.password)
+    if parts.scheme in ("http", "https"):
+        env = {"MLFLOW_TRACKING_PASSWORD": password}
+        if user:
+            env["MLFLOW_TRACKING_USERNAME"] = user
+        return urlunsplit(parts._replace(netloc=host)), env
+    if parts.scheme.split("+")[0] in ("postgresql", "postgres"):
+        netloc = f"{parts.username}@{host}" if user else host
+        return urlunsplit(parts._replace(netloc=netloc)), {"PGPASSWORD": password}
+    return uri, {}
 
 
 def prepare_process_env() -> None:

@@ -303,6 +303,30 @@ def test_secrets_never_reach_the_run(workspace, tmp_path):
     assert not any("hunter2" in v for v in {**run.data.params, **run.data.tags}.values())
 
 
+@pytest.mark.parametrize(
+    ("uri", "clean", "env"),
+    [
+        (
+            "http://alice:s%40cret@127.0.0.1:5000",
+            "http://127.0.0.1:5000",
+            {"MLFLOW_TRACKING_USERNAME": "alice", "MLFLOW_TRACKING_PASSWORD": "s@cret"},
+        ),
+        ("https://:tok@mlflow.lab/x", "https://mlflow.lab/x", {"MLFLOW_TRACKING_PASSWORD": "tok"}),
+        (
+            "postgresql+psycopg2://bob:pw@db:5432/mlflow",
+            "postgresql+psycopg2://bob@db:5432/mlflow",
+            {"PGPASSWORD": "pw"},
+        ),
+        ("http://127.0.0.1:5000", "http://127.0.0.1:5000", {}),
+        ("sqlite:///tmp/mlflow.db", "sqlite:///tmp/mlflow.db", {}),
+    ],
+)
+def test_a_password_in_the_uri_moves_to_the_variables_its_client_reads(uri, clean, env):
+    from radt.tracking import move_credentials
+
+    assert move_credentials(uri) == (clean, env)
+
+
 def test_nvidia_smi_q_is_recorded_when_the_tool_exists(workspace, tmp_path):
     from conftest import FAKES
 

@@ -14,6 +14,32 @@ MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch request
 PERMANENT = {"INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "BAD_REQUEST", "INVALID_STATE"}
 
 
+class _OutageNotice:
+    """One warning per outage for every writer of this process (a plan records several
+    runs at once, each with a writer, all talking to the same server)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: float | None = None
+
+    def failed(self) -> bool:
+        """Note a failed request; True for the first one of this outage."""
+        with self._lock:
+            if self._since is None:
+                self._since = time.monotonic()
+                return True
+            return False
+
+    def answered(self) -> float | None:
+        """Note an answered request; the outage's length for the first one after it."""
+        with self._lock:
+            since, self._since = self._since, None
+        return None if since is None else time.monotonic() - since
+
+
+OUTAGE = _OutageNotice()
+
+
 def is_permanent(exc: BaseException) -> bool:
     """Whether MLflow refused the request for good, rather than failing to answer."""
     return getattr(exc, "error_code", None) in PERMANENT
@@ -124,15 +150,16 @@ class BatchWriter:
             self.failures += 1
             if self._outage_since is None:
                 self._outage_since = time.monotonic()
-                self.warn(
-                    f"tracking server not answering ({_short(exc)}); training goes on, "
-                    "samples stay in the local spool and are resent when it is back"
-                )
+                if OUTAGE.failed():
+                    self.warn(
+                        f"tracking server not answering ({_short(exc)}); training goes on, "
+                        "samples stay in the local spool and are resent when it is back"
+                    )
             return False
-        if self._outage_since is not None:
-            lasted = time.monotonic() - self._outage_since
+        self._outage_since = None
+        lasted = OUTAGE.answered()
+        if lasted is not None:
             self.warn(f"tracking server answers again after {lasted:.0f} s; catching up")
-            self._outage_since = None
         self.sent += len(batch)
         return True
 

@@ -238,7 +238,8 @@ def register(app: Dash, store: Store) -> None:
             if kinds.count(kind)
         )
         note = (
-            f"{counts}. Tick runs to overlay their series and compare them; click a header to sort."
+            f"{name}: {counts}. Tick runs to overlay their series and compare them; "
+            "click a header to sort."
         )
         height = {"height": f"{min(640, 100 + 42 * len(data))}px"}
         return data, {"ids": kept}, height, note, chosen

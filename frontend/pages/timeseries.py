@@ -94,7 +94,7 @@ def _keys_note(keys: list[str]) -> html.Div | None:
 
 
 def _info(stats, window, frame, runs: dict[str, RunInfo]) -> str:
-    info = f"{stats.traces} traces, {stats.shown:,} points drawn"
+    info = f"{stats.traces} trace{'s' * (stats.traces != 1)}, {stats.shown:,} points drawn"
     if stats.downsampled:
         info += f" of {stats.samples:,} samples (MinMaxLTTB, ≤{DEFAULT_BUDGET:,} per trace)"
     info += "; zoomed in: full resolution within the budget" if window else ""

@@ -5,6 +5,10 @@ member, including what each has collected from children it reaped. A child
 that ends between two polls thus still counts (its time moves to its parent),
 and a process born between two polls counts from its first instant. I/O bytes
 are summed the same way (Linux adds a reaped child's I/O to its parent's).
+
+Finding the tree's members walks the whole process table, so the member list
+is refreshed once a second (``TREE_REFRESH_S``) rather than at every poll; a
+process found late brings its whole CPU time with it, so totals stay exact.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from radt.listener import PolledListener, RunContext, Sample, samples_from
 from ._rates import MIB, MIN_WINDOW_S, rate
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+TREE_REFRESH_S = 1.0
 
 
 @dataclass
@@ -67,10 +72,13 @@ class TopListener(PolledListener):
         self._tree: _Tree | None = None
         self._cpu: Any = None
         self._cores: list[Any] = []
+        self._members: list[psutil.Process] = []
+        self._members_at = float("-inf")
 
     def open(self, run: RunContext) -> None:
         """Find the root process and take the first readings every rate starts from."""
         self._per_core = str(run.options.get("per_core", "")).strip().lower() in TRUE_WORDS
+        self._members, self._members_at = [], float("-inf")
         try:
             self._root = psutil.Process(run.pid)
         except psutil.Error:
@@ -149,12 +157,14 @@ class TopListener(PolledListener):
             if root is None or not root.is_running() or root.status() == psutil.STATUS_ZOMBIE:
                 self._root = None
                 return None
-            members = [root, *root.children(recursive=True)]
+            if time.monotonic() - self._members_at >= TREE_REFRESH_S:
+                self._members = root.children(recursive=True)
+                self._members_at = time.monotonic()
         except psutil.NoSuchProcess:
             self._root = None
             return None
         tree = _Tree()
-        for proc in members:
+        for proc in [root, *self._members]:
             try:
                 with proc.oneshot():
                     times = proc.cpu_times()
@@ -164,6 +174,7 @@ class TopListener(PolledListener):
             except psutil.Error:  # vanished mid-poll, or not ours to read
                 if proc is root:
                     return None
+                self._members_at = float("-inf")  # the tree changed: look again next poll
                 continue
             tree.procs += 1
             tree.rss_b += rss

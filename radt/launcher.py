@@ -146,6 +146,7 @@ def launch(options: LaunchOptions) -> int:
         if child.process is not None and child.poll() is None:
             child.signal_group(signal.SIGKILL)
             child.process.wait()
+            child.poll()  # notes when it ended
         run.state.note = "radT failed while the command ran"
         _end(run, child, "FAILED", None, options)
         raise

@@ -308,17 +308,26 @@ def test_selected_runs_overlay_their_series_with_their_workloads(page, ui, study
     assert "cpu (%)" in titles and "recv (MiB/s)" in titles
     assert "No GPU metrics in these runs" in page.inner_text("#ts-message")
     page.screenshot(path=str(shots / "timeseries.png"), full_page=True)
-    # zooming in reloads the visible window only
-    page.wait_for_load_state("networkidle")  # every callback of the key change answered
+    # zooming in reloads the visible window only, even when a resize comes with it (a
+    # full-page screenshot resizes the window, and plotly then reports {"autosize": true}:
+    # Dash sees only the last of two events that come together)
     full = figure(page, "ts-graph", "gd._fullData.map(t => t._length)")
     page.evaluate(
-        "Plotly.relayout(document.querySelector('#ts-graph .js-plotly-plot'), "
-        "{'xaxis.range[0]': 1.0, 'xaxis.range[1]': 2.0})"
+        "(() => { const gd = document.querySelector('#ts-graph .js-plotly-plot');"
+        " return Plotly.relayout(gd, {'xaxis.range[0]': 1.0, 'xaxis.range[1]': 2.0})"
+        " .then(() => gd.emit('plotly_relayout', {autosize: true})); })()"
     )
     wait_text(page, "#ts-info", "zoomed in")
     zoomed = figure(page, "ts-graph", "gd._fullData.map(t => t._length)")
     assert sum(zoomed) < sum(full)
     assert figure(page, "ts-graph", "gd.layout.xaxis.range") == [1.0, 2.0]
+    # a double-click (autorange) goes back to the whole run
+    page.evaluate(
+        "Plotly.relayout(document.querySelector('#ts-graph .js-plotly-plot'), "
+        "{'xaxis.autorange': true})"
+    )
+    wait_text(page, "#ts-info", "zoomed in", present=False)
+    assert figure(page, "ts-graph", "gd._fullData.map(t => t._length)") == full
     # wall time
     page.click("text=wall time (UTC)")
     page.wait_for_selector("#ts-graph text:text-is('time (UTC)')")

@@ -60,8 +60,32 @@ def layout() -> html.Div:
             dcc.Interval(id="ts-live", interval=LIVE_MS, disabled=True),
             dcc.Store(id="ts-range"),
             dcc.Store(id="ts-rev"),
+            dcc.Store(id="ts-xevent"),
         ],
     )
+
+
+# The time axis as the chart holds it after any relayout event, with the revision of
+# the figure it belongs to, sent on only when it changed. Reading the chart, not the
+# event: events that come together (a zoom, then the autosize of a window resize)
+# reach Dash as the last one alone. An autorange counts only as the undoing of a zoom.
+TIME_AXIS_NOW = """
+function (event, last) {
+    const none = window.dash_clientside.no_update;
+    const gd = document.querySelector('#ts-graph .js-plotly-plot');
+    const ax = gd && gd.layout && gd.layout.xaxis;
+    if (!event || !ax) {
+        return none;
+    }
+    const rev = gd.layout.uirevision === undefined ? null : gd.layout.uirevision;
+    if (ax.autorange === true || !Array.isArray(ax.range)) {
+        const zoomed = last && last.rev === rev && last['xaxis.range'];
+        return zoomed ? {'rev': rev, 'xaxis.autorange': true} : none;
+    }
+    const now = {'rev': rev, 'xaxis.range': ax.range.slice(0, 2)};
+    return JSON.stringify(now) === JSON.stringify(last) ? none : now;
+}
+"""
 
 
 def _labels(runs: dict[str, RunInfo]) -> dict[str, RunLabel]:
@@ -176,9 +200,17 @@ def register(app: Dash, store: Store) -> None:
     def save_keys(keys):
         return keys or []
 
+    app.clientside_callback(
+        TIME_AXIS_NOW,
+        Output("ts-xevent", "data"),
+        Input("ts-graph", "relayoutData"),
+        State("ts-xevent", "data"),
+        prevent_initial_call=True,
+    )
+
     @app.callback(
         Output("ts-range", "data"),
-        Input("ts-graph", "relayoutData"),
+        Input("ts-xevent", "data"),
         State("ts-rev", "data"),
         prevent_initial_call=True,
     )
@@ -186,4 +218,5 @@ def register(app: Dash, store: Store) -> None:
         change = relayout_window(event)
         if change is None:
             raise PreventUpdate
+        revision = (event or {}).get("rev") or revision  # the figure that was zoomed
         return {"rev": revision, "range": None if change[1] is None else list(change[1])}

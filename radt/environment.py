@@ -14,11 +14,12 @@ from pathlib import Path
 
 import psutil
 
+from radt.tracking import redact
+
 SECRET_NAME = re.compile(
     r"(PASSWORD|PASSWD|TOKEN|SECRET|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_KEY|AUTH|SESSION)",
     re.IGNORECASE,
 )
-URI_PASSWORD = re.compile(r"(?<=://)([^:/@\s]+):[^@/\s]+@")
 ENV_FOLDER = "radt/environment"
 
 
@@ -26,7 +27,7 @@ def filtered_environ(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment with secrets masked: names that look secret, and URI passwords."""
     environ = dict(os.environ if environ is None else environ)
     return {
-        name: "***" if SECRET_NAME.search(name) else URI_PASSWORD.sub(r"\1:***@", value)
+        name: "***" if SECRET_NAME.search(name) else redact(value)
         for name, value in sorted(environ.items())
     }
 
@@ -111,7 +112,7 @@ def capture(target: Path) -> dict[str, str]:
     details = {
         "tags": tags,
         "python_executable": sys.executable,
-        "argv": [URI_PASSWORD.sub(r"\1:***@", arg) for arg in sys.argv],
+        "argv": [redact(arg) for arg in sys.argv],
         "cwd": os.getcwd(),
         "environ": filtered_environ(),
     }

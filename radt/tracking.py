@@ -10,6 +10,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from radt.errors import TrackingUnreachable, UsageError
 
 DEFAULT_DB = "mlflow.db"
+URI_PASSWORD = re.compile(r"(?<=://)([^:/@\s]+):[^@/\s]+@")
 
 
 def resolve_tracking_uri(explicit: str | None = None) -> tuple[str, bool]:
@@ -27,7 +28,7 @@ def resolve_tracking_uri(explicit: str | None = None) -> tuple[str, bool]:
 
 def redact(uri: str) -> str:
     """Hide a password in a URI (``postgresql://u:secret@h/db`` → ``postgresql://u:***@h/db``)."""
-    return re.sub(r"(?<=://)([^:/@]+):[^@/]+@", r"\1:***@", uri)
+    return URI_PASSWORD.sub(r"\1:***@", uri)
 
 
 def move_credentials(uri: str) -> tuple[str, dict[str, str]]:

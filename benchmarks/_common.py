@@ -20,6 +20,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from radt.environment import cpu_model
+
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
 OLD_VENV = BENCH / ".venv-radt0230"
@@ -45,16 +47,6 @@ def old_radt_bin(venv: Path = OLD_VENV) -> Path | None:
     """The ``radt`` 0.2.30 console script in its own virtualenv, if it is set up."""
     script = venv / "bin" / "radt"
     return script if script.exists() else None
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def versions(extra: Sequence[str] = ()) -> dict[str, str]:

@@ -160,8 +160,7 @@ def _end(run: RecordedRun, child: Child, status: str, exit_code, options: Launch
     if child.process is not None:
         child.reap_group(grace_s=1.0)
         child.join_output()
-    ended_s = child.ended_s if child.process is not None else None
-    if run.close(status, exit_code, options.send_timeout_s, ended_s):
+    if run.close(status, exit_code, options.send_timeout_s, child.ended_s):
         say(
             f"run {run.run_id} {status} (exit code {exit_code}); "
             f"{run.recorder.received} samples recorded"

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from radt.environment import cpu_model
+from radt.launch.environment import cpu_model
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"

@@ -194,7 +194,7 @@ def sample_batches(keys: int, samples: int):
 
 def spool(with_artifact: bool) -> Callable[[Path, int, int], Outcome]:
     def run(folder: Path, keys: int, samples: int) -> Outcome:
-        from radt.spool import SpoolWriter, compact
+        from radt.record.spool import SpoolWriter, compact
 
         uri, db = new_store(folder)
         client, run_id = new_run(uri, folder)
@@ -216,8 +216,8 @@ def spool(with_artifact: bool) -> Callable[[Path, int, int], Outcome]:
 
 
 def batchwriter(folder: Path, keys: int, samples: int) -> Outcome:
-    from radt.decimate import Decimator
-    from radt.writer import BatchWriter
+    from radt.record.decimate import Decimator
+    from radt.record.writer import BatchWriter
 
     uri, db = new_store(folder)
     client, run_id = new_run(uri, folder)
@@ -238,10 +238,10 @@ def batchwriter(folder: Path, keys: int, samples: int) -> Outcome:
 
 def recorder(window_s: float) -> Callable[[Path, int, int], Outcome]:
     def run(folder: Path, keys: int, samples: int) -> Outcome:
-        from radt.decimate import Decimator
-        from radt.recorder import Recorder
-        from radt.spool import SpoolWriter
-        from radt.writer import BatchWriter
+        from radt.record.decimate import Decimator
+        from radt.record.recorder import Recorder
+        from radt.record.spool import SpoolWriter
+        from radt.record.writer import BatchWriter
 
         uri, db = new_store(folder)
         client, run_id = new_run(uri, folder)

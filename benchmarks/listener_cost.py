@@ -414,11 +414,11 @@ def simulate_record(
     env: Env, outputs: list[list[Any]], rate_hz: float, seconds: float
 ) -> RecordCost:
     """Run radT's recorder path on ``outputs`` re-stamped at ``rate_hz`` for ``seconds``."""
-    from radt.decimate import Decimator
     from radt.listener import Sample
-    from radt.recorder import Recorder
-    from radt.spool import SpoolWriter
-    from radt.writer import MAX_BATCH, BatchWriter
+    from radt.record.decimate import Decimator
+    from radt.record.recorder import Recorder
+    from radt.record.spool import SpoolWriter
+    from radt.record.writer import MAX_BATCH, BatchWriter
 
     count = max(1, round(rate_hz * seconds))
     origin = float(int(time.time()))
@@ -821,7 +821,7 @@ def end_to_end(env: Env, name: str, seconds: float) -> tuple[float, int, float |
     from radt.listeners.smi import SmiListener
     from radt.listeners.top import TopListener
 
-    from radt.sampler import Sampler
+    from radt.record.sampler import Sampler
 
     made = {
         "nvml": (NvmlListener, 0.02),

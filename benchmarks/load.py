@@ -57,7 +57,7 @@ def build(client, experiment_id: str, folder: Path, points: int, key_count: int)
     """Create the run with both copies of the points; return its id."""
     from mlflow.entities import Metric
 
-    from radt.spool import SCHEMA, tidy
+    from radt.record.spool import SCHEMA, tidy
 
     keys = keys_for(key_count)
     per_key = points // len(keys)
@@ -126,8 +126,8 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from radt.load import load as radt_load
-    from radt.summary import summary
+    from radt.analysis.load import load as radt_load
+    from radt.analysis.summary import summary
 
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ Conditions:
   hello.py`` and ``radt -l top+iostat+free hello.py`` with ``hello.py`` holding the
   same one line;
 - reference floors (``--references``): ``python -c "import mlflow"``,
-  ``python -c "import radt.launcher"`` and opening the SQLite store with an
+  ``python -c "import radt.launch.launcher"`` and opening the SQLite store with an
   ``MlflowClient``, each followed by the same print.
 """
 
@@ -102,7 +102,7 @@ def build(name: str, root: Path, venv: Path) -> Condition:
     py = python_bin()
     code = {
         "import-mlflow": f"import mlflow; {LINE}",
-        "import-radt": f"import radt.launcher; {LINE}",
+        "import-radt": f"import radt.launch.launcher; {LINE}",
         "mlflow-client": (
             "from mlflow.tracking import MlflowClient; "
             f"MlflowClient({uri!r}).search_experiments(max_results=1); {LINE}"
@@ -126,7 +126,7 @@ def build(name: str, root: Path, venv: Path) -> Condition:
         argv = [py, "-c", code[name]]
         label = {
             "import-mlflow": "ref: `python -c 'import mlflow'`",
-            "import-radt": "ref: `python -c 'import radt.launcher'`",
+            "import-radt": "ref: `python -c 'import radt.launch.launcher'`",
             "mlflow-client": "ref: import + open SQLite store",
         }[name]
     else:

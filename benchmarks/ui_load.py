@@ -94,7 +94,7 @@ def make_run(uri: str, folder: Path, samples: int) -> str:
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-    from radt.spool import SCHEMA, tidy
+    from radt.record.spool import SCHEMA, tidy
 
     client = MlflowClient(uri)
     start_s = 1_780_000_000.0
@@ -139,7 +139,7 @@ def serve_full(mode: str, port: int, run_id: str) -> None:
     import plotly.graph_objects as go
     from dash import Dash, dcc, html
 
-    from radt.load import load
+    from radt.analysis.load import load
 
     frame = load(runs=[run_id], keys=[KEY])
     x = (frame["timestamp"] - frame["timestamp"].iloc[0]).dt.total_seconds().to_numpy()

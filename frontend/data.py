@@ -66,7 +66,7 @@ def metric_keys(metric_names: Iterable[str]) -> tuple[str, ...]:
     ``summary/nvml/gpu0/power_w/mean`` names the key ``nvml/gpu0/power_w`` (a run
     whose series are only in its samples artifact still lists its keys).
     """
-    from radt.load import MLFLOW_PREFIX, SUMMARY_PREFIX
+    from radt.analysis.load import MLFLOW_PREFIX, SUMMARY_PREFIX
 
     keys = set()
     for name in metric_names:
@@ -130,7 +130,7 @@ class Store:
             ) from exc
 
     def _client(self):
-        from radt.load import open_client
+        from radt.analysis.load import open_client
 
         return open_client(self.tracking_uri)
 
@@ -175,7 +175,7 @@ class Store:
 
     def summary(self, experiment: str | None = None, runs: Sequence[str] | None = None):
         """``radt.summary.summary`` of an experiment (by id) or of runs."""
-        from radt.summary import summary
+        from radt.analysis.summary import summary
 
         return self._call(
             lambda: summary(
@@ -185,7 +185,7 @@ class Store:
 
     def runs(self, run_ids: Sequence[str]) -> dict[str, RunInfo]:
         """The runs and their workload (parent) runs, oldest first; unknown ids are an error."""
-        from radt.load import select_runs
+        from radt.analysis.load import select_runs
 
         if not run_ids:
             return {}
@@ -194,7 +194,7 @@ class Store:
 
     def samples(self, runs: Sequence[RunInfo], keys: Sequence[str]) -> pd.DataFrame:
         """``radt.load.load`` of ``keys`` of ``runs`` (tidy), from memory when all have ended."""
-        from radt.load import load
+        from radt.analysis.load import load
 
         ids = sorted(r.run_id for r in runs)
         if not ids or not keys:
@@ -218,7 +218,7 @@ class Store:
 
         The selected ``runs`` (with their workloads), else the whole ``experiment``.
         """
-        from radt.load import load
+        from radt.analysis.load import load
 
         selection = {"runs": list(runs) or None, "tracking_uri": self.tracking_uri}
         selection["experiment"] = None if runs else experiment

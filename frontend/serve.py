@@ -68,7 +68,7 @@ def _warm(store) -> None:
     import pandas as pd
     from radt.frontend.series import RunLabel, timeseries_figure
 
-    import radt.summary  # noqa: F401  (the Runs page's first call)
+    import radt.analysis.summary  # noqa: F401  (the Runs page's first call)
 
     frame = pd.DataFrame(
         {"run_id": ["r"], "key": ["a/b/c_w"], "timestamp": [pd.Timestamp(0, tz="UTC")]}

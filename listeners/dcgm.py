@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 
 from radt.listener import RunContext, Sample, samples_from
-from radt.streamed import StreamedListener
+from radt.record.streamed import StreamedListener
 
 from ._gpus import requested
 from ._tools import ToolError, first_sentence, found, gpus_of_run, number, run_tool

@@ -25,7 +25,7 @@ import time
 from datetime import datetime
 
 from radt.listener import RunContext, Sample, samples_from
-from radt.streamed import StreamedListener
+from radt.record.streamed import StreamedListener
 
 from ._gpus import Gpu
 from ._tools import ToolError, found, gpus_of_run, list_gpus, number

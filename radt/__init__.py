@@ -1,9 +1,10 @@
 """radT: experiment tracking for deep-learning training on shared GPUs, on MLflow."""
 
+from radt.analysis.figures import summarize_samples
+from radt.analysis.load import load, load_wide
+from radt.analysis.summary import summary
 from radt.listener import Listener, PolledListener, RunContext, Sample
-from radt.load import load, load_wide
 from radt.run_api import Run, log_epoch, log_examples
-from radt.summary import summarize_samples, summary
 
 __version__ = "0.3.0.dev0"
 

@@ -136,7 +136,7 @@ def parse_listener_options(pairs: list[str]) -> dict[str, dict[str, str]]:
 
 def run_launcher(argv: list[str]) -> int:
     """``radt [options] COMMAND...``."""
-    from radt.launcher import LaunchOptions, launch
+    from radt.launch.launcher import LaunchOptions, launch
 
     parser = launcher_parser()
     own, command = split_argv(argv, parser)
@@ -160,7 +160,7 @@ def run_launcher(argv: list[str]) -> int:
     if command[0].endswith(".csv") and len(command) == 1:
         from pathlib import Path
 
-        from radt.workload import PlanOptions, run_plan
+        from radt.plans.runner import PlanOptions, run_plan
 
         return run_plan(
             PlanOptions(
@@ -201,7 +201,7 @@ def run_listeners(argv: list[str]) -> int:
     argparse.ArgumentParser(prog="radt listeners", description=run_listeners.__doc__).parse_args(
         argv
     )
-    from radt.registry import discover
+    from radt.launch.registry import discover
 
     found = discover()
     width = max([len(name) for name in found] + [8])
@@ -214,8 +214,8 @@ def run_listeners(argv: list[str]) -> int:
 
 def run_sync(argv: list[str]) -> int:
     """``radt sync [FOLDER]``: upload what an outage or a crash left behind."""
-    from radt.runfolder import runs_root
-    from radt.sync import sync
+    from radt.record.runfolder import runs_root
+    from radt.record.sync import sync
 
     parser = argparse.ArgumentParser(
         prog="radt sync",
@@ -237,11 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == "listeners":
             return run_listeners(argv[1:])
         if argv and argv[0] == "export":
-            from radt.export import run_export
+            from radt.analysis.export import run_export
 
             return run_export(argv[1:])
         if argv and argv[0] == "runs":
-            from radt.export import run_runs
+            from radt.analysis.export import run_runs
 
             return run_runs(argv[1:])
         if argv and argv[0] == "ui":

@@ -20,11 +20,12 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from radt.analysis.export import run_export, run_runs
+from radt.analysis.figures import integrate_power, summarize_samples
+from radt.analysis.load import TIDY_COLUMNS, describe_key, load, load_wide
+from radt.analysis.summary import summary
 from radt.errors import UsageError
-from radt.export import run_export, run_runs
-from radt.load import TIDY_COLUMNS, describe_key, load, load_wide
-from radt.spool import SCHEMA, tidy
-from radt.summary import integrate_power, summarize_samples, summary
+from radt.record.spool import SCHEMA, tidy
 
 T0 = 1_700_000_000.0
 """Start of the synthetic runs (epoch seconds)."""

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from radt.cli import launcher_parser, parse_listener_options, split_argv
-from radt.command import params_from_args, resolve_argv, script_args
 from radt.errors import UsageError
+from radt.launch.command import params_from_args, resolve_argv, script_args
 
 
 @pytest.mark.parametrize(

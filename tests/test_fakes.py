@@ -140,9 +140,17 @@ def test_query_gpu_header_and_units(env):
 def test_query_gpu_streams_until_killed(env):
     env["FAKE_NVIDIA_SMI_GPUS"] = "2"
     proc = subprocess.Popen(
-        ["nvidia-smi", f"--query-gpu={QUERY_FIELDS}", "--format=csv,noheader,nounits",
-         "-lms", "100"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            "nvidia-smi",
+            f"--query-gpu={QUERY_FIELDS}",
+            "--format=csv,noheader,nounits",
+            "-lms",
+            "100",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines = []
     deadline = time.monotonic() + 5
@@ -162,9 +170,16 @@ def test_query_gpu_streams_until_killed(env):
 
 def test_query_gpu_stream_rate(env):
     proc = subprocess.Popen(
-        ["nvidia-smi", "--query-gpu=timestamp,power.draw", "--format=csv,noheader,nounits",
-         "-lms", "100"],
-        env=env, stdout=subprocess.PIPE, text=True,
+        [
+            "nvidia-smi",
+            "--query-gpu=timestamp,power.draw",
+            "--format=csv,noheader,nounits",
+            "-lms",
+            "100",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     time.sleep(0.6)
     proc.send_signal(signal.SIGINT)
@@ -176,8 +191,16 @@ def test_query_gpu_stream_rate(env):
 def test_query_gpu_select_and_mig_utilization(env):
     env["FAKE_NVIDIA_SMI_GPUS"] = "4"
     env["FAKE_NVIDIA_SMI_MIG"] = "1"
-    res = run(["nvidia-smi", "--query-gpu=index,utilization.gpu,mig.mode.current", "-i", "2,3",
-               "--format=csv,noheader"], env)
+    res = run(
+        [
+            "nvidia-smi",
+            "--query-gpu=index,utilization.gpu,mig.mode.current",
+            "-i",
+            "2,3",
+            "--format=csv,noheader",
+        ],
+        env,
+    )
     assert res.stdout.splitlines() == ["2, [N/A], Enabled", "3, [N/A], Enabled"]
 
 
@@ -308,7 +331,9 @@ def test_dcgmi_dmon_mig_entities(env):
 def test_dcgmi_dmon_streams_and_stops_on_sigint(env):
     proc = subprocess.Popen(
         ["dcgmi", "dmon", "-e", "155,1002", "-d", "100"],
-        env=env, stdout=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     time.sleep(0.6)
     proc.send_signal(signal.SIGINT)
@@ -338,6 +363,7 @@ def test_dcgmi_discovery_follows_nvidia_smi_state(env, tmp_path):
     res = run(["dcgmi", "discovery", "-c"], env)
     got = res.stdout.splitlines()
     ref = fixture("dcgmi_discovery_c.txt").splitlines()
+
     def masked(lines):
         return [re.sub(r"GPU-[0-9a-f-]+", "GPU-X", ln) for ln in lines]
 

@@ -13,8 +13,8 @@ import pytest
 import radt.listeners.iostat as iostat
 from radt.listeners.iostat import IostatListener, sanitize
 
+from radt.launch.registry import discover
 from radt.listener import RunContext, Sample
-from radt.registry import discover
 
 KEY = re.compile(r"^iostat/[a-z0-9_.-]+/[a-z]+_(mib|ops|pkts)_s$")
 DISK_TOTALS = {

@@ -17,8 +17,8 @@ import pytest
 from conftest import FAKES, FIXTURES
 from radt.listeners.ncu import KERNEL_COLUMNS, NcuListener, parse_details
 
+from radt.launch.registry import discover
 from radt.listener import RunContext
-from radt.registry import discover
 
 FIXTURE = FIXTURES / "ncu_details.csv"
 KERNEL = FIXTURE.read_text().splitlines()[1].split('","')[4]

@@ -20,8 +20,8 @@ from conftest import FAKES, FIXTURES
 from radt.listeners._reports import run_tool
 from radt.listeners.nsys import NsysListener, parse_kernel_summary
 
+from radt.launch.registry import discover
 from radt.listener import RunContext
-from radt.registry import discover
 
 FIXTURE = FIXTURES / "nsys_stats_cuda_gpu_kern_sum.csv"
 # Sums over the 36 rows of the fixture (checked independently below with the csv module).
@@ -392,7 +392,7 @@ def test_radt_refuses_nsys_where_it_is_not_installed(workspace):
 
 
 def test_not_chosen_when_no_listener_is_named(fakes_on_path):
-    from radt.registry import select
+    from radt.launch.registry import select
 
     found = discover()
     assert found["nsys"].reason is None and found["ncu"].reason is None

@@ -13,9 +13,9 @@ import psutil
 import pytest
 from radt.listeners.top import TopListener, busy_pct
 
+from radt.launch.registry import discover
 from radt.listener import RunContext, Sample
-from radt.registry import discover
-from radt.sampler import Sampler
+from radt.record.sampler import Sampler
 
 # Each child prints "ready" and the pids of the grandchildren it started.
 BUSY = """

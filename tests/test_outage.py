@@ -24,9 +24,9 @@ from conftest import Workspace, kill_quietly, pid_alive, wait_for
 from mlflow_server import MlflowServer, ensure_running, server_fixture
 
 from radt.listener import Sample
-from radt.runfolder import STEPS, RunFolder, RunState
-from radt.spool import SpoolWriter, read_spool
-from radt.sync import ORPHAN_NOTE
+from radt.record.runfolder import STEPS, RunFolder, RunState
+from radt.record.spool import SpoolWriter, read_spool
+from radt.record.sync import ORPHAN_NOTE
 
 COUNTER = "counter/seq/n"
 WINDOW_US = 1_000_000  # radT's default --window of 1 s

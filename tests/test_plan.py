@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from radt.errors import UsageError
-from radt.plan import (
+from radt.plans.model import (
     Collocation,
     Plan,
     PlanError,
@@ -23,9 +23,8 @@ from radt.plan import (
     Row,
     Workload,
     format_problems,
-    parse_collocation,
-    read_plan,
 )
+from radt.plans.read import parse_collocation, read_plan
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -273,9 +272,9 @@ def test_our_scanner_reads_what_the_csv_module_reads(work):
         'p, q"r, s',
     ]
     path = write(work, "Experiment,Workload,File,Params,Name\n" + "\n".join(lines) + "\n")
-    from radt import plan as module
+    from radt.plans.scanner import physical_lines, scan
 
-    records, problems = module._scan(module._physical_lines(path.read_text()))
+    records, problems = scan(physical_lines(path.read_text()))
     reader = csv.reader(path.open(newline=""), skipinitialspace=True, strict=True)
     expected = [[cell.strip() for cell in cells] for cells in reader]
     assert problems == []
@@ -783,7 +782,7 @@ def test_concurrent_processes_never_lose_updates(work):
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from radt.plan import read_plan\n"
+        "from radt.plans.read import read_plan\n"
         "i = int(sys.argv[1])\n"
         "plan = read_plan(Path(sys.argv[2]))\n"
         "while not Path('go').exists():\n"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from radt.decimate import Decimator
 from radt.errors import UsageError
+from radt.launch.registry import Discovered, parse_names, select
 from radt.listener import Sample, samples_from
-from radt.registry import Discovered, parse_names, select
-from radt.spool import SpoolWriter, compact, read_spool
+from radt.record.decimate import Decimator
+from radt.record.spool import SpoolWriter, compact, read_spool
 
 
 def stream(n: int, keys=("a/x/v_pct", "b/y/w_w"), start=1000.0, step=0.1):
@@ -95,7 +95,7 @@ SHORT_WRITES = """
 import resource, sys
 from pathlib import Path
 from radt.listener import Sample
-from radt.spool import SpoolWriter
+from radt.record.spool import SpoolWriter
 
 folder, limit = Path(sys.argv[1]), int(sys.argv[2])
 writer = SpoolWriter(folder, chunk_s=1e9)

@@ -364,8 +364,8 @@ def test_compare_page_draws_the_study_charts(page, ui, study, shots):
 
 
 def test_export_downloads_the_tables_radt_export_writes(page, ui, study, tmp_path):
-    from radt.load import TIDY_COLUMNS, load
-    from radt.summary import COLUMNS
+    from radt.analysis.load import TIDY_COLUMNS, load
+    from radt.analysis.summary import COLUMNS
 
     open_runs(page, ui)
     tick(page, "alone-A", "pair-A")

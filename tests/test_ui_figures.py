@@ -35,7 +35,7 @@ from radt.frontend.series import (
     timeseries_figure,
 )
 
-from radt.summary import COLUMNS
+from radt.analysis.summary import COLUMNS
 
 T0 = pd.Timestamp("2026-01-01T00:00:00Z")
 

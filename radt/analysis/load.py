@@ -284,7 +284,7 @@ def describe_key(mlflow_key: str) -> tuple[str, str, str]:
     listener ``smi``; MLflow's own ``system/gpu_0_power_usage_watts`` → listener
     ``system``; a metric of the training script (``loss``) → listener ``mlflow``.
     """
-    from radt.spool import _split_key
+    from radt.record.spool import _split_key
 
     if not mlflow_key.startswith(MLFLOW_PREFIX):
         return mlflow_key, SCRIPT_LISTENER, ""
@@ -488,7 +488,7 @@ def load_tables(
 
     import pyarrow as pa
 
-    from radt.runfolder import radt_home
+    from radt.record.runfolder import radt_home
 
     cache = Path(cache_dir) if cache_dir is not None else radt_home() / "cache"
     plans = [

@@ -16,15 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from radt import collocation
-from radt.child import Child
-from radt.command import resolve_argv
 from radt.errors import RadtError, UsageError
-from radt.launcher import child_env, open_store, run_params, run_tags
+from radt.launch.child import Child
+from radt.launch.command import resolve_argv
+from radt.launch.launcher import child_env, open_store, run_params, run_tags
+from radt.launch.registry import Discovered, discover, select
+from radt.launch.session import RecordedRun, say
+from radt.launch.supervise import Outcome, Supervisor
 from radt.listener import Listener
-from radt.plan import Plan, PlanError, Row, Workload, format_problems, read_plan
-from radt.registry import Discovered, discover, select
-from radt.session import RecordedRun, say
-from radt.supervise import Outcome, Supervisor
+from radt.plans.model import Plan, PlanError, Row, Workload, format_problems
+from radt.plans.read import read_plan
 from radt.tracking import experiment_id
 
 COLOURS = ("36", "33", "35", "32", "34", "31")

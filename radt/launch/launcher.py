@@ -8,13 +8,13 @@ import shlex
 import signal
 from dataclasses import dataclass, field
 
-from radt.child import Child
-from radt.command import params_from_args, resolve_argv, script_args
 from radt.errors import RadtError
+from radt.launch.child import Child
+from radt.launch.command import params_from_args, resolve_argv, script_args
+from radt.launch.registry import select
+from radt.launch.session import RecordedRun, say
+from radt.launch.supervise import Supervisor
 from radt.listener import Listener
-from radt.registry import select
-from radt.session import RecordedRun, say
-from radt.supervise import Supervisor
 from radt.tracking import (
     connect,
     experiment_id,

@@ -11,15 +11,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from radt import environment
-from radt.decimate import Decimator
-from radt.finalize import finish
+from radt.launch import environment
 from radt.listener import Listener, PolledListener, RunContext
-from radt.recorder import Recorder
-from radt.runfolder import RunFolder, RunState
-from radt.sampler import Sampler
-from radt.spool import SpoolWriter
-from radt.writer import BatchWriter
+from radt.record.decimate import Decimator
+from radt.record.finalize import finish
+from radt.record.recorder import Recorder
+from radt.record.runfolder import RunFolder, RunState
+from radt.record.sampler import Sampler
+from radt.record.spool import SpoolWriter
+from radt.record.writer import BatchWriter
 
 
 def say(message: str) -> None:

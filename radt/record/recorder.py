@@ -9,10 +9,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
-from radt.decimate import Decimator
 from radt.listener import Sample
-from radt.spool import SpoolWriter
-from radt.writer import BatchWriter
+from radt.record.decimate import Decimator
+from radt.record.spool import SpoolWriter
+from radt.record.writer import BatchWriter
 
 MAX_UNSPOOLED = 2_000_000
 

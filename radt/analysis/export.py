@@ -89,8 +89,8 @@ def run_export(argv: list[str]) -> int:
     """``radt export``: samples, wide samples or the summary of runs, to CSV or Parquet."""
     import pandas as pd
 
-    from radt.load import load, load_wide
-    from radt.summary import summary
+    from radt.analysis.load import load, load_wide
+    from radt.analysis.summary import summary
 
     args = export_parser().parse_args(argv)
     fmt = _format(args)
@@ -229,8 +229,8 @@ def runs_table(frame: pd.DataFrame) -> str:
 
 def run_runs(argv: list[str]) -> int:
     """``radt runs``: the experiments, or the runs of one with their summary figures."""
-    from radt.load import open_client
-    from radt.summary import summary
+    from radt.analysis.load import open_client
+    from radt.analysis.summary import summary
 
     args = runs_parser().parse_args(argv)
     if args.experiment is None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import psutil
 
-from radt.finalize import finish
-from radt.runfolder import RunFolder, RunState, find_folders
-from radt.spool import CHUNK_GLOB
+from radt.record.finalize import finish
+from radt.record.runfolder import RunFolder, RunState, find_folders
+from radt.record.spool import CHUNK_GLOB
 from radt.tracking import connect, move_credentials, prepare_process_env
 
 ORPHAN_NOTE = "radT stopped before the run ended (killed or crashed); finished by `radt sync`"

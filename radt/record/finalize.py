@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from radt.decimate import Decimator
 from radt.listener import Sample
-from radt.runfolder import RunFolder, RunState
-from radt.spool import compact, read_spool
-from radt.writer import MAX_BATCH, is_permanent
+from radt.record.decimate import Decimator
+from radt.record.runfolder import RunFolder, RunState
+from radt.record.spool import compact, read_spool
+from radt.record.writer import MAX_BATCH, is_permanent
 
 SAMPLES_ARTIFACT = "radt/samples.parquet"
 DOING = {
@@ -63,7 +63,7 @@ def summary_points(
     (energy, power, memory and, with examples, time and energy per example)
     as ``summary/<figure>``.
     """
-    from radt.summary import summarize_samples
+    from radt.analysis.figures import summarize_samples
 
     samples = pq.read_table(folder.path / "samples.parquet", columns=["timestamp", "key", "value"])
     if samples.num_rows == 0:

@@ -1,0 +1,298 @@
+"""The figure arithmetic: one run's samples into energy, power, utilisation and memory figures.
+
+Pure functions of samples (tidy frames or arrays); :mod:`radt.analysis.summary`
+assembles them into the table of runs and workloads.
+
+Energy (J) of a run, per GPU, from the first of these that it recorded:
+
+1. an energy counter series ``nvml/gpu{i}/energy_j``, else ``dcgm/gpu{i}/energy_j``:
+   the counter counts from an arbitrary origin, so the energy is its last value
+   minus its first (if the counter went backwards, a reset, the sum of its
+   increases). A counter covers sampling gaps exactly;
+2. the trapezoid integral of ``nvml``, else ``dcgm``, else ``smi``
+   ``/gpu{i}/power_w`` over time. Values the tool reported as N/A are missing
+   samples: a short hole is bridged by the trapezoid, but an interval longer
+   than ``GAP_FACTOR`` (5) times the median sampling interval is a gap and is
+   not integrated (what the GPU drew then is unknown, and would otherwise be
+   guessed from the two ends).
+
+The GPU energies are summed; ``energy_method`` is ``counter`` when every GPU had
+a counter, ``integrated_power`` when any GPU's energy is integrated power
+(including the ``nvml`` listener's own integration on GPUs without a counter,
+which its tag ``radt.nvml.energy_method.gpu{i}`` records), ``none`` without
+either. Energy spans the samples, not the run's wall time.
+Units: ns = 1e9 × s, nJ = 1e9 × J.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+GAP_FACTOR = 5.0
+"""An interval between power samples longer than this many median intervals is not integrated."""
+EXAMPLES_METRIC = "examples"
+ENERGY_LISTENERS = ("nvml", "dcgm")
+POWER_LISTENERS = ("nvml", "dcgm", "smi")
+UTIL_LISTENERS = ("nvml", "smi")
+MEMORY_LISTENERS = ("nvml", "smi")
+FIGURES = (
+    "energy_j",
+    "power_mean_w",
+    "power_max_w",
+    "util_mean_pct",
+    "smact_mean_ratio",
+    "gpu_mem_peak_mib",
+    "host_mem_peak_mib",
+)
+DEVICE_FIGURES = FIGURES[:-1]
+"""The figures of the GPUs (all but host memory)."""
+PER_EXAMPLE = ("examples_per_s", "time_per_example_ns", "energy_per_example_nj")
+_GPU = re.compile(r"^gpu\d+$")
+NAN = float("nan")
+
+
+# --------------------------------------------------------------------------- samples → figures
+
+
+def _seconds(stamps: pd.Series) -> np.ndarray:
+    """Timestamps (tz-aware, naive or already numeric seconds) as float epoch seconds."""
+    import numpy as np
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(stamps):
+        return stamps.to_numpy(np.float64)
+    stamps = pd.to_datetime(stamps, utc=True)
+    return ((stamps - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(np.float64)
+
+
+def _series(frame: pd.DataFrame) -> dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]:
+    """``(listener, gpu entity, quantity) → (seconds, values)``, sorted by time, NaN dropped.
+
+    Only GPU-level keys (``<listener>/gpu{i}/<quantity>``) and ``top/proc/rss_mib``.
+    """
+    import numpy as np
+    import pandas as pd
+
+    if frame is None or len(frame) == 0:
+        return {}
+    keys = pd.unique(frame["key"])
+    wanted: dict[str, tuple[str, str, str]] = {}
+    for key in keys:
+        parts = str(key).split("/")
+        if len(parts) == 3 and (_GPU.match(parts[1]) or key == "top/proc/rss_mib"):
+            wanted[str(key)] = (parts[0], parts[1], parts[2])
+    if not wanted:
+        return {}
+    rows = frame[frame["key"].isin(list(wanted))]
+    found = {}
+    for key, group in rows.groupby(rows["key"].astype(str), sort=False):
+        seconds = _seconds(group["timestamp"])
+        values = group["value"].to_numpy(np.float64)
+        keep = np.isfinite(values) & np.isfinite(seconds)
+        seconds, values = seconds[keep], values[keep]
+        order = np.argsort(seconds, kind="stable")
+        if len(order):
+            found[wanted[key]] = (seconds[order], values[order])
+    return found
+
+
+def counter_energy(values: np.ndarray) -> float:
+    """Joules counted by an energy counter series: last − first (resets: sum of increases)."""
+    import numpy as np
+
+    values = np.asarray(values, np.float64)
+    values = values[np.isfinite(values)]
+    if len(values) < 2:
+        return NAN
+    steps = np.diff(values)
+    if (steps >= 0).all():
+        return float(values[-1] - values[0])
+    return float(steps[steps > 0].sum())
+
+
+def integrate_power(
+    seconds: np.ndarray, watts: np.ndarray, gap_factor: float = GAP_FACTOR
+) -> float:
+    """Trapezoid integral of power (J), skipping intervals longer than ``gap_factor`` × median."""
+    import numpy as np
+
+    seconds = np.asarray(seconds, np.float64)
+    watts = np.asarray(watts, np.float64)
+    keep = np.isfinite(seconds) & np.isfinite(watts)
+    seconds, watts = seconds[keep], watts[keep]
+    order = np.argsort(seconds, kind="stable")
+    seconds, watts = seconds[order], watts[order]
+    if len(seconds) < 2:
+        return NAN
+    steps = np.diff(seconds)
+    positive = steps[steps > 0]
+    if not len(positive):
+        return NAN
+    limit = gap_factor * float(np.median(positive))
+    inside = steps <= limit
+    return float(np.sum(((watts[1:] + watts[:-1]) / 2.0 * steps)[inside]))
+
+
+def _energy(
+    series: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndarray]],
+) -> tuple[float, dict[str, tuple[str, str]]]:
+    """Joules over every GPU and, per GPU, ``(listener, "counter" | "integrated_power")``."""
+    gpus = sorted({gpu for (_, gpu, quantity) in series if quantity in ("energy_j", "power_w")})
+    total, used = 0.0, {}
+    for gpu in gpus:
+        joules = NAN
+        for listener in ENERGY_LISTENERS:
+            if (listener, gpu, "energy_j") in series:
+                joules = counter_energy(series[listener, gpu, "energy_j"][1])
+                if math.isfinite(joules):
+                    used[gpu] = (listener, "counter")
+                    break
+        if not math.isfinite(joules):
+            for listener in POWER_LISTENERS:
+                if (listener, gpu, "power_w") in series:
+                    joules = integrate_power(*series[listener, gpu, "power_w"])
+                    if math.isfinite(joules):
+                        used[gpu] = (listener, "integrated_power")
+                        break
+        if math.isfinite(joules):
+            total += joules
+    return (total if used else NAN), used
+
+
+def energy_method(
+    used: Mapping[str, tuple[str, str]], tags: Mapping[str, str] | None = None
+) -> str:
+    """``counter``, ``integrated_power`` or ``none`` for the per-GPU sources of :func:`_energy`.
+
+    ``tags`` (the run's) tell when the ``nvml`` listener's ``energy_j`` is its
+    own integral of power (a GPU without an energy counter).
+    """
+    if not used:
+        return "none"
+    tags = tags or {}
+    for gpu, (listener, method) in used.items():
+        if method == "integrated_power":
+            return "integrated_power"
+        if listener == "nvml" and tags.get(f"radt.nvml.energy_method.{gpu}") == "integrated_power":
+            return "integrated_power"
+    return "counter"
+
+
+def _first(
+    series: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndarray]],
+    quantity: str,
+    listeners: Iterable[str],
+) -> dict[str, np.ndarray]:
+    """Per GPU, the values of ``quantity`` from the first listener that has them."""
+    chosen: dict[str, np.ndarray] = {}
+    for listener in listeners:
+        for (source, gpu, name), (_, values) in series.items():
+            if source == listener and name == quantity and gpu.startswith("gpu"):
+                chosen.setdefault(gpu, values)
+    return chosen
+
+
+def run_figures(frame: pd.DataFrame) -> tuple[dict[str, float], dict[str, tuple[str, str]]]:
+    """The figures of :data:`FIGURES` for one run's samples, and the energy source per GPU."""
+    import numpy as np
+
+    series = _series(frame)
+    joules, used = _energy(series)
+    power = _first(series, "power_w", POWER_LISTENERS)
+    util = _first(series, "util_pct", UTIL_LISTENERS)
+    smact = _first(series, "smact_ratio", ("dcgm",))
+    memory = _first(series, "mem_used_mib", MEMORY_LISTENERS)
+    rss = series.get(("top", "proc", "rss_mib"))
+    figures = {
+        "energy_j": joules,
+        "power_mean_w": _sum(float(np.mean(v)) for v in power.values()),
+        "power_max_w": _peak(power.values()),
+        "util_mean_pct": _mean(float(np.mean(v)) for v in util.values()),
+        "smact_mean_ratio": _mean(float(np.mean(v)) for v in smact.values()),
+        "gpu_mem_peak_mib": _peak(memory.values()),
+        "host_mem_peak_mib": float(np.max(rss[1])) if rss is not None and len(rss[1]) else NAN,
+    }
+    return figures, used
+
+
+def finite_sum(values: Iterable[float]) -> float:
+    """The sum of the finite values; NaN when there is none."""
+    finite = [v for v in values if math.isfinite(v)]
+    return float(sum(finite)) if finite else NAN
+
+
+def _sum(values: Iterable[float]) -> float:
+    values = list(values)
+    return float(sum(values)) if values else NAN
+
+
+def _mean(values: Iterable[float]) -> float:
+    import numpy as np
+
+    values = list(values)
+    return float(np.mean(values)) if values else NAN
+
+
+def _peak(arrays: Iterable[np.ndarray]) -> float:
+    import numpy as np
+
+    peaks = [float(np.max(a)) for a in arrays if len(a)]
+    return max(peaks) if peaks else NAN
+
+
+def per_example(
+    examples: float | None, duration_s: float | None, energy_j: float | None
+) -> dict[str, float]:
+    """``examples_per_s``, ``time_per_example_ns``, ``energy_per_example_nj``; NaN if unknown."""
+    n = _number(examples)
+    seconds = _number(duration_s)
+    joules = _number(energy_j)
+    has = math.isfinite(n) and n > 0
+    return {
+        "examples_per_s": n / seconds if has and math.isfinite(seconds) and seconds > 0 else NAN,
+        "time_per_example_ns": 1e9 * seconds / n if has and math.isfinite(seconds) else NAN,
+        "energy_per_example_nj": 1e9 * joules / n if has and math.isfinite(joules) else NAN,
+    }
+
+
+def _number(value) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return NAN
+    return number
+
+
+def summarize_samples(
+    frame: pd.DataFrame,
+    examples: float | None = None,
+    duration_s: float | None = None,
+) -> dict[str, float]:
+    """The energy, power, utilisation and memory figures of ONE run's samples.
+
+    ``frame`` has the tidy columns ``timestamp``, ``key`` and ``value`` (as
+    :func:`radt.load` returns them, or as ``radt/samples.parquet`` holds them;
+    timestamps tz-aware, naive UTC, or numeric epoch seconds). Returns floats,
+    NaN where the samples do not tell:
+
+    - ``energy_j``: see the module docstring (counter, else integrated power);
+    - ``power_mean_w``: mean draw summed over the GPUs; ``power_max_w``: the
+      highest draw of one GPU (``nvml``, else ``dcgm``, else ``smi``);
+    - ``util_mean_pct``: mean GPU utilisation over the GPUs (``nvml``, else ``smi``);
+    - ``smact_mean_ratio``: mean SM activity over the GPUs (``dcgm``);
+    - ``gpu_mem_peak_mib``: the most memory used on one GPU (``nvml``, else ``smi``);
+    - ``host_mem_peak_mib``: peak RSS of the run's process tree (``top/proc/rss_mib``);
+    - with ``examples`` and ``duration_s`` also ``examples_per_s``,
+      ``time_per_example_ns`` and ``energy_per_example_nj``.
+    """
+    figures, _ = run_figures(frame)
+    if examples is not None or duration_s is not None:
+        figures.update(per_example(examples, duration_s, figures["energy_j"]))
+    return figures

@@ -1,0 +1,439 @@
+"""Reading and validating a plan: every problem, each with its line, before anything starts.
+
+Column names are matched case-insensitively, ignoring spaces, ``_`` and ``-``;
+only ``Experiment``, ``Workload`` and ``File`` are required. Cells are
+whitespace-tolerant (``1, 1, , , 0, mps`` is fine), ``-`` means empty. A
+``File`` that is a ``.py`` script (or ``python [opts] script.py``) must exist;
+relative paths are resolved from the current folder, as the original radT does.
+``File`` and ``Params`` are split with :func:`shlex.split` and never pass
+through a shell: ``; rm -rf ~`` is four arguments.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+from radt.plans.model import (
+    COLUMNS,
+    EMPTY,
+    MAX_COMPUTE_SLICES,
+    REQUIRED,
+    Collocation,
+    Plan,
+    PlanError,
+    Problem,
+    Row,
+    Workload,
+    clean,
+)
+from radt.plans.scanner import Record, physical_lines, read_text, scan
+
+_COLLOCATION_HELP = "use -, none, naive, mps, mps:PCT or a MIG profile like 3g.40gb"
+_MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb((?:[+-][a-z]+(?:\.[a-z]+)?)*)$")
+_CI_PROFILE = re.compile(r"^\d+c\.(\d+g\.\d+gb.*)$")
+_DEVICE = re.compile(r"^(\d+|(?:GPU|MIG)-[0-9A-Za-z/_-]+)$")
+_LISTENERS = re.compile(r"^[\w.-]+(\+[\w.-]+)*$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+
+def parse_collocation(text: str) -> Collocation:
+    """Parse a Collocation cell; raises ValueError with a message for the user."""
+    value = text.strip().lower()
+    if value in (*EMPTY, "none"):
+        return Collocation("none")
+    if value == "naive":
+        return Collocation("naive")
+    if value == "mps":
+        return Collocation("mps")
+    if value.startswith("mps:"):
+        return Collocation("mps", mps_thread_pct=_parse_pct(value[4:]))
+    profile = value.removeprefix("mig").strip() if value.startswith("mig ") else value
+    if _MIG_PROFILE.match(profile):
+        return Collocation("mig", mig_profile=profile)
+    if ci := _CI_PROFILE.match(profile):
+        raise ValueError(
+            f"{text.strip()!r} is a compute-instance profile; give the GPU-instance "
+            f"profile instead, e.g. {ci.group(1)}"
+        )
+    if re.match(r"^\d+g\.", profile):
+        raise ValueError(
+            f"MIG profile {text.strip()!r} is not valid: write <slices>g.<memory>gb, "
+            "e.g. 1g.10gb, 3g.40gb or 1g.10gb+me"
+        )
+    raise ValueError(f"unknown collocation mode {text.strip()!r} ({_COLLOCATION_HELP})")
+
+
+def _parse_pct(text: str) -> int:
+    digits = text.strip().removesuffix("%").strip()
+    if not digits.isdigit() or not 1 <= int(digits) <= 100:
+        raise ValueError(
+            f"MPS active thread percentage {text.strip()!r} must be a whole number "
+            "from 1 to 100 (e.g. mps:50)"
+        )
+    return int(digits)
+
+
+def _parse_devices(text: str) -> list[str]:
+    devices: list[str] = []
+    for token in re.split(r"[,+\s]+", clean(text)):
+        if not token:
+            continue
+        if not _DEVICE.match(token):
+            raise ValueError(
+                f"unknown device {token!r} in Devices (use GPU indices like 0 or 0+1, "
+                "or GPU-…/MIG-… UUIDs)"
+            )
+        if token not in devices:
+            devices.append(token)
+    return devices
+
+
+def _parse_listeners(text: str) -> str | None:
+    value = clean(text)
+    if not value:
+        return None
+    if not _LISTENERS.match(value):
+        raise ValueError(f"Listeners {value!r} is not a list of names like top+nvml")
+    return value
+
+
+def _split(column: str, text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as err:
+        raise ValueError(f"{column} {text!r} cannot be split into arguments: {err}") from None
+
+
+def _parse_params(text: str) -> list[str]:
+    value = clean(text)
+    return _split("Params", value) if value else []
+
+
+def _parse_power(text: str) -> float | None:
+    value = clean(text)
+    if not value:
+        return None
+    number = re.sub(r"\s*[wW]$", "", value)
+    try:
+        watts = float(number)
+    except ValueError:
+        watts = math.nan
+    if not math.isfinite(watts) or watts <= 0:
+        raise ValueError(f"PowerLimit {value!r} is not a positive number of watts (e.g. 250)")
+    return watts
+
+
+def _parse_env(text: str) -> dict[str, str]:
+    value = clean(text)
+    env: dict[str, str] = {}
+    for token in _split("Env", value) if value else []:
+        key, sep, val = token.partition("=")
+        if not sep or not _ENV_KEY.match(key):
+            raise ValueError(f"Env {token!r} is not KEY=VALUE (e.g. OMP_NUM_THREADS=4 SEED=1)")
+        env[key] = val
+    return env
+
+
+def _parse_status(text: str) -> str:
+    # the original radT writes "FINISHED <name> (<letter>)": keep the first word
+    value = clean(text)
+    return value.split()[0].upper() if value else ""
+
+
+def _script_of(argv: list[str]) -> str | None:
+    """The .py script a File command runs, if it names one."""
+    if not argv:
+        return None
+    if argv[0].endswith(".py"):
+        return argv[0]
+    if not _PYTHON.match(Path(argv[0]).name):
+        return None
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in ("-m", "-c"):
+            return None
+        if arg in ("-X", "-W"):
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg if arg.endswith(".py") else None
+    return None
+
+
+def _parse_file(text: str, cwd: Path) -> str:
+    value = clean(text)
+    if not value:
+        raise ValueError("missing File (the script or command to run)")
+    script = _script_of(_split("File", value))
+    if script and not (cwd / Path(script).expanduser()).is_file():
+        raise ValueError(
+            f"File {script!r} not found (relative paths are resolved from the current "
+            f"folder, {cwd})"
+        )
+    return value
+
+
+def _column_key(name: str) -> str:
+    return re.sub(r"[\s_-]+", "", name).lower()
+
+
+_CANONICAL = {_column_key(name): name for name in COLUMNS}
+
+
+def read_header(record: Record) -> tuple[list[str | None], list[Problem]]:
+    """Canonical column names and header problems.
+
+    A blank header cell gives "", an unknown or duplicate one None (already
+    reported: the cells under it are ignored).
+    """
+    columns: list[str | None] = []
+    problems: list[Problem] = []
+    seen: dict[str, int] = {}
+    for position, name in enumerate(record.cells, start=1):
+        canonical = _CANONICAL.get(_column_key(name)) if name else ""
+        if canonical is None:
+            problems.append(Problem(record.first, _unknown_column(name)))
+        elif canonical in seen:
+            problems.append(
+                Problem(
+                    record.first,
+                    f"duplicate column {name!r} (columns {seen[canonical]} and {position})",
+                )
+            )
+            canonical = None
+        elif canonical:
+            seen[canonical] = position
+        columns.append(canonical)
+    if problems and not seen:
+        message = "the first row is not a header; it must name the columns: " + ", ".join(COLUMNS)
+        return columns, [Problem(record.first, message)]
+    missing = [name for name in REQUIRED if name not in seen]
+    if missing:
+        noun = "column" if len(missing) == 1 else "columns"
+        problems.append(
+            Problem(
+                record.first,
+                f"missing {noun} {', '.join(missing)} (required: {', '.join(REQUIRED)})",
+            )
+        )
+    return columns, problems
+
+
+def _unknown_column(name: str) -> str:
+    close = difflib.get_close_matches(_column_key(name), list(_CANONICAL), n=1, cutoff=0.7)
+    hint = f"; did you mean {_CANONICAL[close[0]]!r}?" if close else ""
+    return f"unknown column {name!r} (allowed: {', '.join(COLUMNS)}){hint}"
+
+
+def _shape_problems(record: Record, columns: list[str | None]) -> list[str]:
+    cells = record.cells
+    filled = [i for i, value in enumerate(cells) if value]
+    messages = []
+    if filled and filled[-1] >= len(columns):
+        messages.append(_too_many_cells(len(cells), len(columns)))
+    for i in filled:
+        if i < len(columns) and columns[i] == "":
+            messages.append(f"cell {i + 1} ({cells[i]!r}) is under a column without a name")
+    return messages
+
+
+def _too_many_cells(cells: int, columns: int) -> str:
+    return (
+        f"{cells} cells, but the header names {columns} columns "
+        '(quote a cell that contains commas, e.g. "0,1")'
+    )
+
+
+def _build_row(
+    record: Record, columns: list[str | None], cwd: Path
+) -> tuple[Row | None, list[str]]:
+    """The row of a data record, or None and the messages of what is wrong."""
+    errors = _shape_problems(record, columns)
+    if errors:  # cells out of place: checking them would only repeat the same mistake
+        return None, errors
+    values = {name: value for name, value in zip(columns, record.cells, strict=False) if name}
+
+    def parsed(parser: Callable[[str], object], column: str) -> object:
+        try:
+            return parser(values.get(column, ""))
+        except ValueError as err:
+            errors.append(str(err))
+            return None
+
+    experiment, workload = clean(values["Experiment"]), clean(values["Workload"])
+    for column, value in (("Experiment", experiment), ("Workload", workload)):
+        if not value:
+            errors.append(f"missing {column}")
+    fields = dict(
+        devices=parsed(_parse_devices, "Devices"),
+        collocation=parsed(parse_collocation, "Collocation"),
+        file=parsed(lambda text: _parse_file(text, cwd), "File"),
+        listeners=parsed(_parse_listeners, "Listeners"),
+        params=parsed(_parse_params, "Params"),
+        power_limit_w=parsed(_parse_power, "PowerLimit"),
+        env=parsed(_parse_env, "Env"),
+    )
+    if fields["devices"] is not None and fields["collocation"] is not None:
+        errors.extend(_mig_device_problems(fields["collocation"], fields["devices"]))
+    if errors and len(record.raw) > len(columns):
+        # extra (empty) cells are tolerated, but here they likely shifted the row
+        return None, [_too_many_cells(len(record.raw), len(columns))]
+    if errors:
+        return None, errors
+    row = Row(
+        line=record.first,
+        experiment=experiment,
+        workload=workload,
+        status=_parse_status(values.get("Status", "")),
+        run=clean(values.get("Run", "")),
+        name=clean(values.get("Name", "")),
+        **fields,  # type: ignore[arg-type]
+    )
+    return row, []
+
+
+def _mig_device_problems(collocation: Collocation, devices: list[str]) -> list[str]:
+    if collocation.mode != "mig":
+        return []
+    if len(devices) != 1:
+        return [
+            f"MIG profile {collocation.label} needs exactly one GPU in Devices "
+            f"(the GPU to partition, e.g. 0), not {len(devices)}"
+        ]
+    if devices[0].startswith("MIG-"):
+        return [
+            f"MIG profile {collocation.label} needs a whole GPU in Devices, "
+            f"not the MIG device {devices[0]}"
+        ]
+    return []
+
+
+def _shared(a: Row, b: Row) -> str | None:
+    """The device two rows share, in words; None if they share none."""
+    if not a.devices or not b.devices:
+        return "the default GPU"
+    common = [d for d in a.devices if d in b.devices]
+    return f"GPU {common[0]}" if common else None
+
+
+def _pair_problem(a: Row, b: Row) -> str | None:
+    device = _shared(a, b)
+    if device is None:
+        return None
+    if b.collocation.mode == "none":
+        return (
+            f"collocation none means the run has its GPU to itself (a baseline), but line "
+            f"{a.line} of the same workload also uses {device}; give the baseline a "
+            "workload of its own, or share with naive, mps or a MIG profile"
+        )
+    if a.collocation.mode == "none":
+        return (
+            f"this row uses {device}, which line {a.line} has to itself (collocation none: "
+            "a baseline); give the baseline a workload of its own, or share with naive, "
+            "mps or a MIG profile"
+        )
+    if a.collocation.mode != b.collocation.mode:
+        return (
+            f"collocation {b.collocation.label} cannot share {device} with "
+            f"{a.collocation.label} on line {a.line} (rows of a workload that share a "
+            "GPU must use the same mode)"
+        )
+    if None not in (a.power_limit_w, b.power_limit_w) and a.power_limit_w != b.power_limit_w:
+        return (
+            f"PowerLimit {b.power_limit_w:g} W differs from {a.power_limit_w:g} W on line "
+            f"{a.line} for {device} (a power cap applies to the whole GPU)"
+        )
+    return None
+
+
+def _mig_capacity_problems(workload: Workload) -> list[Problem]:
+    problems = []
+    used: dict[str, int] = {}
+    for row in workload.rows:
+        if row.collocation.mode != "mig":
+            continue
+        device = row.devices[0]
+        used[device] = used.get(device, 0) + row.collocation.compute_slices
+        if used[device] > MAX_COMPUTE_SLICES:
+            problems.append(
+                Problem(
+                    row.line,
+                    f"the MIG profiles of workload {workload.label} on GPU {device} need "
+                    f"{used[device]} compute slices; a GPU has at most {MAX_COMPUTE_SLICES}",
+                )
+            )
+            used[device] = -(10**6)  # report each GPU once
+    return problems
+
+
+def _workload_problems(workload: Workload) -> list[Problem]:
+    """Rows of one workload that cannot run together."""
+    problems = []
+    for i, row in enumerate(workload.rows):
+        for earlier in workload.rows[:i]:
+            message = _pair_problem(earlier, row)
+            if message:
+                problems.append(Problem(row.line, message))
+                break
+    return problems + _mig_capacity_problems(workload)
+
+
+def _letter(index: int) -> str:
+    """A, B, …, Z, AA, AB, … (spreadsheet style)."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
+
+
+def _group(rows: list[Row]) -> list[Workload]:
+    workloads: dict[tuple[str, str], Workload] = {}
+    for row in rows:
+        key = (row.experiment, row.workload)
+        if key not in workloads:
+            workloads[key] = Workload(row.experiment, row.workload, [])
+        workloads[key].rows.append(row)
+    for workload in workloads.values():
+        for index, row in enumerate(workload.rows):
+            row.letter = _letter(index)
+    return list(workloads.values())
+
+
+def read_plan(path: Path, *, cwd: Path | None = None) -> Plan:
+    """Read and validate a plan; raises PlanError (a UsageError) listing every problem.
+
+    ``cwd`` is the folder relative File paths are resolved from (default: the
+    current folder, as in the original radT).
+    """
+    path = Path(path)
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    _, text = read_text(path)
+    records, problems = scan(physical_lines(text))
+    if not records:
+        if not problems:
+            problems.append(Problem(None, "the plan is empty: it needs a header row and rows"))
+        raise PlanError(path, problems)
+    columns, header_problems = read_header(records[0])
+    problems += header_problems
+    if len(records) == 1 and not problems:
+        problems.append(Problem(records[0].first, "the plan has a header but no rows"))
+    rows: list[Row] = []
+    if all(name in columns for name in REQUIRED):
+        for record in records[1:]:
+            row, messages = _build_row(record, columns, cwd)
+            problems += [Problem(record.first, message) for message in messages]
+            if row:
+                rows.append(row)
+    workloads = _group(rows)
+    for workload in workloads:
+        problems += _workload_problems(workload)
+    if problems:
+        raise PlanError(path, problems, Plan(path, workloads))
+    return Plan(path, workloads)

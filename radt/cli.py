@@ -198,12 +198,19 @@ def run_launcher(argv: list[str]) -> int:
 
 def run_listeners(argv: list[str]) -> int:
     """``radt listeners``: every discovered listener and whether it can run here."""
-    argparse.ArgumentParser(prog="radt listeners", description=run_listeners.__doc__).parse_args(
-        argv
+    parser = argparse.ArgumentParser(prog="radt listeners", description=run_listeners.__doc__)
+    parser.add_argument(
+        "-o",
+        "--listener-option",
+        action="append",
+        default=[],
+        metavar="LISTENER.KEY=VALUE",
+        help="an option for one listener, e.g. rapl.root=PATH; repeatable",
     )
+    args = parser.parse_args(argv)
     from radt.launch.registry import discover
 
-    found = discover()
+    found = discover(parse_listener_options(args.listener_option))
     width = max([len(name) for name in found] + [8])
     print(f"{'listener':<{width}}  {'available':<9}  details")
     for name, item in found.items():

@@ -36,6 +36,16 @@ class Sample(NamedTuple):
 Emit = Callable[[Iterable[Sample]], None]
 
 
+class Client(NamedTuple):
+    """A run of a workload, as a device-scope listener sees it: a client of the device."""
+
+    run_id: str
+    pid: int
+    """Process id of the run's root process (its training command)."""
+    emit: Emit
+    """Hands samples to that run's recorder; thread-safe."""
+
+
 @dataclass
 class RunContext:
     """Everything a listener may need to know about the run it observes."""
@@ -59,6 +69,10 @@ class RunContext:
     """Sets a tag on the run (e.g. which energy method a listener used)."""
     options: dict[str, str] = field(default_factory=dict)
     """Options from ``-o LISTENER.KEY=VALUE`` for this listener, as ``{KEY: VALUE}``."""
+    clients: Sequence[Client] = ()
+    """In a workload, its runs: a device-scope listener (which records in the workload's run)
+    gives each run the series of its own processes through ``Client.emit``. Empty outside a
+    workload, where the run itself (``pid``, ``emit``) is the only client."""
 
 
 class Listener(ABC):
@@ -71,6 +85,13 @@ class Listener(ABC):
     scope: ClassVar[str] = "run"
     """``run``: it observes one command; ``device``: it observes GPUs or the host, so in a
     workload it runs once, in the workload's parent run."""
+
+    def configure(self, options: dict[str, str]) -> None:  # noqa: B027 - optional hook
+        """Take this listener's ``-o`` options before ``available()`` is asked.
+
+        Only a listener whose availability depends on an option needs it (``rapl.root``);
+        ``start`` gets the same options in ``run.options``.
+        """
 
     def available(self) -> str | None:
         """Return None when this listener can run here, else why not, in a few words."""

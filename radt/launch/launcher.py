@@ -112,7 +112,7 @@ def child_env(
 def launch(options: LaunchOptions) -> int:
     """Run the command as an MLflow run; return the exit code radT should exit with."""
     argv = resolve_argv(options.command)
-    listeners = select(options.listeners)
+    listeners = select(options.listeners, options=options.listener_options)
     client, uri, original_env = open_store(options.tracking_uri)
     exp_id = experiment_id(client, options.experiment)
     run = RecordedRun(

@@ -22,14 +22,17 @@ class Discovered:
     """None when the listener can run here; else why it cannot."""
 
 
-def discover() -> dict[str, Discovered]:
-    """Load every registered listener and ask whether it can run here."""
+def discover(options: dict[str, dict[str, str]] | None = None) -> dict[str, Discovered]:
+    """Load every registered listener, give it its ``-o`` options, ask whether it can run here."""
     found: dict[str, Discovered] = {}
     for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
         if ep.name in found:
             continue
         try:
             listener = ep.load()()
+            configure = getattr(listener, "configure", None)
+            if configure is not None:
+                configure(dict((options or {}).get(ep.name, {})))
             reason = listener.available()
         except Exception as exc:  # a broken plugin must not break radT
             found[ep.name] = Discovered(ep.name, ep.value, None, f"failed to load: {exc}")
@@ -44,13 +47,18 @@ def parse_names(spec: str) -> list[str]:
     return list(dict.fromkeys(name for name in names if name))
 
 
-def select(spec: str | None, found: dict[str, Discovered] | None = None) -> list[Listener]:
+def select(
+    spec: str | None,
+    found: dict[str, Discovered] | None = None,
+    options: dict[str, dict[str, str]] | None = None,
+) -> list[Listener]:
     """Return the listeners named in ``spec``, or every available default one when None.
 
-    Raises UsageError, before anything starts, for an unknown name or a named
-    listener that cannot run here.
+    ``options`` (``-o``) reach each listener before it is asked whether it can run,
+    when ``found`` is not given. Raises UsageError, before anything starts, for an
+    unknown name or a named listener that cannot run here.
     """
-    found = discover() if found is None else found
+    found = discover(options) if found is None else found
     if spec is None:
         return [
             d.listener

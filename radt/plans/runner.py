@@ -23,7 +23,7 @@ from radt.launch.launcher import child_env, open_store, run_params, run_tags
 from radt.launch.registry import Discovered, discover, select
 from radt.launch.session import RecordedRun, say
 from radt.launch.supervise import Outcome, Supervisor
-from radt.listener import Listener
+from radt.listener import Client, Listener
 from radt.plans.model import Plan, PlanError, Row, Workload, format_problems
 from radt.plans.read import read_plan
 from radt.tracking import experiment_id
@@ -61,7 +61,7 @@ def run_plan(options: PlanOptions) -> int:
         plan = exc.partial
         problems = [format_problems(options.path, [p]).splitlines()[1] for p in exc.problems]
     pending = _selected(plan, options)
-    found = discover()
+    found = discover(options.listener_options)
     problems += check_plan(plan, pending, options, found)
     if problems:
         raise UsageError(_report(options.path, problems))
@@ -326,7 +326,12 @@ class WorkloadRunner:
                 raise RadtError(f"cannot start {child.argv[0]}: {exc.strerror or exc}") from exc
             run.start_listeners(child.pid)
             run.capture_environment()
-        # Device-wide listeners see every run: the runs are all descendants of radT.
+        # Device-wide listeners see every run: the runs are all descendants of radT; each
+        # run gets the per-process series of its own processes (nvml's per-process SM use).
+        self.parent.context.clients = tuple(
+            Client(run.run_id, child.pid, run.context.emit)
+            for child, run in zip(self.children, self.runs, strict=True)
+        )
         self.parent.start_listeners(os.getpid())
         self.parent.capture_environment()
         self._keep(collocation.after_start(self.slots))

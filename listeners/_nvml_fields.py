@@ -28,6 +28,18 @@ THROTTLE_BITS = {
 }
 """Key -> (suffix of pynvml's ``nvmlClocksEventReason*`` constant, its value in nvml.h)."""
 
+POWER_FIELDS = {
+    "power_w": ("NVML_FI_DEV_POWER_INSTANT", 186),
+    "power_avg_w": ("NVML_FI_DEV_POWER_AVERAGE", 185),
+}
+"""Key -> (pynvml's name of the field, its id in nvml.h): the GPU's power right now, and
+its one-second average (scope ``NVML_POWER_SCOPE_GPU`` = 0, the zero the field starts with)."""
+VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+"""``c_nvmlValue_t`` member for each ``NVML_VALUE_TYPE_*`` (0 = double, 1 = unsigned int, ...)."""
+
+FIELDS = "nvmlDeviceGetFieldValues"
+POWER = "nvmlDeviceGetPowerUsage"
+PROCESS_UTILIZATION = "nvmlDeviceGetProcessUtilization"
 MEMORY = "nvmlDeviceGetMemoryInfo"
 CLOCK = "nvmlDeviceGetClockInfo"
 PSTATE = ("nvmlDeviceGetPerformanceState", "nvmlDeviceGetPowerState")
@@ -88,6 +100,51 @@ class FieldReader:
                     return value  # a value, or a failure that may pass
         return None
 
+    def fields(self, label: str, handle: Any, wanted: dict[str, int]) -> dict[str, float | None]:
+        """Several NVML fields (``{key: field id}``) in one ``nvmlDeviceGetFieldValues`` call.
+
+        Each field has its own status: one the GPU does not support is None from then on
+        (and not asked again); one that failed this time is None this time.
+        """
+        found: dict[str, float | None] = dict.fromkeys(wanted)
+        ids = {key: fid for key, fid in wanted.items() if self.supported(label, FIELDS, fid)}
+        if not ids:
+            return found
+        values = self.read(label, FIELDS, handle, tuple(ids.values()))
+        if values is None:
+            if not self.supported(label, FIELDS, tuple(ids.values())):  # no such call here
+                self.unsupported.update((label, FIELDS, (fid,)) for fid in ids.values())
+            return found
+        success = getattr(self.nvml, "NVML_SUCCESS", 0)
+        for (key, fid), value in zip(ids.items(), values, strict=True):
+            if value.nvmlReturn == success and 0 <= value.valueType < len(VALUE_MEMBERS):
+                number = getattr(value.value, VALUE_MEMBERS[value.valueType])
+                found[key] = None if number in NOT_AVAILABLE else number
+            elif value.nvmlReturn in self._codes:
+                self.unsupported.add((label, FIELDS, (fid,)))
+        return found
+
+    def process_utilization(self, label: str, handle: Any, since_us: int) -> list[Any] | None:
+        """Per-process utilisation samples newer than ``since_us`` (CPU microseconds).
+
+        ``[]`` when NVML has no new sample (``NVML_ERROR_NOT_FOUND``: no process used the
+        GPU in a sample period since then); None when NVML gives none (not supported, as
+        on a GPU in MIG mode, or a failure this time).
+        """
+        key = (label, PROCESS_UTILIZATION, ())
+        call = getattr(self.nvml, PROCESS_UTILIZATION, None)
+        if key in self.unsupported or call is None:
+            return None
+        try:
+            return list(call(handle, since_us))
+        except self.nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code == getattr(self.nvml, "NVML_ERROR_NOT_FOUND", 6):
+                return []
+            if code in self._codes:
+                self.unsupported.add(key)
+            return None
+
     def memory(self, label: str, handle: Any) -> Any:
         """Memory info: v2 (used without the driver's reservation, as nvidia-smi), else v1."""
         version = getattr(self.nvml, "nvmlMemory_v2", None)
@@ -97,16 +154,32 @@ class FieldReader:
                 return info
         return self.read(label, MEMORY, handle)
 
-    def gpu_values(self, label: str, handle: Any) -> dict[str, float | None]:
-        """Every per-GPU quantity of this instant, None where NVML gave none."""
+    def power(self, label: str, handle: Any, instant: bool) -> dict[str, float | None]:
+        """``power_w`` and ``power_avg_w`` in W, None where NVML gave none.
+
+        ``power_w`` is the field ``NVML_FI_DEV_POWER_INSTANT`` when ``instant``, else
+        ``nvmlDeviceGetPowerUsage``; ``power_avg_w`` is ``NVML_FI_DEV_POWER_AVERAGE``.
+        """
+        ids = {key: getattr(self.nvml, name, fid) for key, (name, fid) in POWER_FIELDS.items()}
+        if not instant:
+            del ids["power_w"]
+        milliwatts = self.fields(label, handle, ids)
+        if not instant:
+            milliwatts["power_w"] = self.read(label, POWER, handle)
+        return {key: None if mw is None else mw / 1000.0 for key, mw in milliwatts.items()}
+
+    def gpu_values(self, label: str, handle: Any, instant: bool) -> dict[str, float | None]:
+        """Every per-GPU quantity of this instant, None where NVML gave none.
+
+        ``instant``: the GPU has the field ``NVML_FI_DEV_POWER_INSTANT`` (see :meth:`power`).
+        """
         read, nvml = self.read, self.nvml
-        power = read(label, "nvmlDeviceGetPowerUsage", handle)
         util = read(label, "nvmlDeviceGetUtilizationRates", handle)
         memory = self.memory(label, handle)
         pstate = self.first(label, PSTATE, handle)
         limit = read(label, "nvmlDeviceGetEnforcedPowerLimit", handle)
         values: dict[str, float | None] = {
-            "power_w": None if power is None else power / 1000.0,
+            **self.power(label, handle, instant),
             "util_pct": None if util is None else _valid(util.gpu),
             "mem_util_pct": None if util is None else _valid(util.memory),
             "mem_used_mib": None if memory is None else memory.used / MIB,

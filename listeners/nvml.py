@@ -2,12 +2,17 @@
 
 Read in-process through ``pynvml`` (nvidia-ml-py). It watches only the run's
 GPUs: ``--devices``, else ``CUDA_VISIBLE_DEVICES`` (indices, GPU UUIDs, MIG
-UUIDs mapped to their parent GPU), else all. Energy is the delta of the NVML
-total-energy counter since the run started; where a GPU has no counter, power
-is integrated (trapezoid) instead, and the tag
+UUIDs mapped to their parent GPU), else all. ``power_w`` is the instantaneous
+power (field ``NVML_FI_DEV_POWER_INSTANT``) where the driver has it, else
+``nvmlDeviceGetPowerUsage`` (a one-second average on Ampere, except GA100, and
+newer); ``power_avg_w`` is the one-second average field; the tag
+``radt.nvml.power_source.gpu{i}`` says which ``power_w`` is. Energy is the
+delta of the NVML total-energy counter since the run started; where a GPU has
+no counter, power is integrated (trapezoid) instead, and the tag
 ``radt.nvml.energy_method.gpu{i}`` says which. MIG devices report memory only
 (NVML has no utilisation for MIG: it is missing, never 0). Processes of the
-run's tree report the GPU memory they use.
+run's tree report the GPU memory they use; each run (each client of a
+workload) gets the SM and memory utilisation of its own processes.
 """
 
 from __future__ import annotations
@@ -20,14 +25,17 @@ from typing import Any
 
 import psutil
 
-from radt.listener import PolledListener, RunContext, Sample, samples_from
+from radt.listener import Emit, PolledListener, RunContext, Sample, samples_from
 
 from ._gpus import Gpu, migs_of_run, requested, resolve
-from ._nvml_fields import Device, FieldReader, inventory
+from ._nvml_fields import NOT_AVAILABLE, POWER, Device, FieldReader, inventory
 from ._rates import MIB
 
 MIN_INTERVAL_S = 0.02
 ENERGY_TAG = "radt.nvml.energy_method.gpu{index}"
+POWER_TAG = "radt.nvml.power_source.gpu{index}"
+INSTANT, POWER_USAGE = "instant", "power_usage"
+"""The values of the power-source tag: the instantaneous field, or nvmlDeviceGetPowerUsage."""
 
 
 @dataclass
@@ -37,6 +45,9 @@ class _Watched:
     device: Device
     migs: dict[int, Any] = field(default_factory=dict)
     energy_method: str | None = None
+    power_source: str | None = None
+    util_seen_us: int = 0
+    """``lastSeenTimeStamp`` for the next per-process utilisation read (CPU microseconds)."""
     counter_start_mj: int = 0
     integrated_j: float = 0.0
     last_power: tuple[float, float] | None = None
@@ -48,7 +59,8 @@ class _Watched:
 
 
 class NvmlListener(PolledListener):
-    """Samples ``nvml/gpu{i}/*``, ``nvml/gpu{i}/mig{k}/*`` and ``nvml/gpu{i}/proc{pid}/*``."""
+    """Samples ``nvml/gpu{i}/*``, ``nvml/gpu{i}/mig{k}/*``, ``nvml/gpu{i}/proc{pid}/*``, and
+    ``nvml/gpu{i}/proc/*`` (the processes of one run, in that run)."""
 
     name = "nvml"
     scope = "device"
@@ -60,7 +72,7 @@ class NvmlListener(PolledListener):
         self._reader: FieldReader | None = None
         self._watched: list[_Watched] = []
         self._root: psutil.Process | None = None
-        self._members: dict[int, bool] = {}
+        self._chains: dict[int, tuple[int, ...]] = {}
         self._clock = time.monotonic
 
     def available(self) -> str | None:
@@ -106,8 +118,10 @@ class NvmlListener(PolledListener):
                 for d in devices
                 if d.gpu in chosen
             ]
+            since_us = int(time.time() * 1e6)
             for watched in self._watched:
-                self._start_energy(watched, run)
+                watched.util_seen_us = since_us
+                self._start_energy(watched, run, self._start_power(watched, run))
         except BaseException:
             self.close()
             raise
@@ -133,7 +147,8 @@ class NvmlListener(PolledListener):
         samples: list[Sample] = []
         for watched in self._watched:
             prefix = f"nvml/{watched.label}"
-            values = reader.gpu_values(watched.label, watched.device.handle)
+            instant = watched.power_source == INSTANT
+            values = reader.gpu_values(watched.label, watched.device.handle, instant)
             values["energy_j"] = self._energy(watched, values["power_w"], mono)
             samples += samples_from(now, prefix, values)
             for k, handle in watched.migs.items():
@@ -146,19 +161,38 @@ class NvmlListener(PolledListener):
                     )
         return samples + self._process_samples(now)
 
-    def _start_energy(self, watched: _Watched, run: RunContext) -> None:
+    def _start_power(self, watched: _Watched, run: RunContext) -> float | None:
+        """Choose, once, where ``power_w`` comes from, so that the series has one meaning.
+
+        Returns the first reading (W), or None.
+        """
+        reader, handle = self._reader, watched.device.handle
+        assert reader is not None
+        power_w = reader.power(watched.label, handle, instant=True)["power_w"]
+        if power_w is not None:
+            watched.power_source = INSTANT
+        else:
+            milliwatts = reader.read(watched.label, POWER, handle)
+            if milliwatts is None and not reader.supported(watched.label, POWER):
+                return None
+            watched.power_source = POWER_USAGE
+            power_w = None if milliwatts is None else milliwatts / 1000.0
+        run.set_tag(POWER_TAG.format(index=watched.device.gpu.index), watched.power_source)
+        return power_w
+
+    def _start_energy(self, watched: _Watched, run: RunContext, power_w: float | None) -> None:
+        """Take the counter's first reading, or start integrating from ``power_w``."""
         reader, handle = self._reader, watched.device.handle
         assert reader is not None
         counter = reader.read(watched.label, "nvmlDeviceGetTotalEnergyConsumption", handle)
         if counter is not None:
             watched.energy_method, watched.counter_start_mj = "counter", counter
         else:
-            power = reader.read(watched.label, "nvmlDeviceGetPowerUsage", handle)
-            if power is None and not reader.supported(watched.label, "nvmlDeviceGetPowerUsage"):
+            if watched.power_source is None:
                 return  # neither counter nor power: no energy
             watched.energy_method = "integrated_power"
-            if power is not None:
-                watched.last_power = (self._clock(), power / 1000.0)
+            if power_w is not None:
+                watched.last_power = (self._clock(), power_w)
         run.set_tag(ENERGY_TAG.format(index=watched.device.gpu.index), watched.energy_method)
 
     def _energy(self, watched: _Watched, power_w: float | None, mono: float) -> float | None:
@@ -180,9 +214,11 @@ class NvmlListener(PolledListener):
         return watched.integrated_j
 
     def _process_samples(self, now: float) -> list[Sample]:
-        """GPU memory of each process of the run's tree, per GPU (per MIG device in MIG mode)."""
+        """Per process of the run's tree, its GPU memory (per GPU, per MIG device in MIG mode);
+        per run, the SM and memory utilisation of its processes (per GPU, in its own run)."""
         assert self._reader is not None
         listed: list[tuple[str, list[Any]]] = []
+        on_gpu: dict[str, set[int]] = {}
         for watched in self._watched:
             sources = {f"{watched.label}/mig{k}": h for k, h in watched.migs.items()} or {
                 watched.label: watched.device.handle
@@ -191,6 +227,7 @@ class NvmlListener(PolledListener):
                 procs = self._reader.read(label, "nvmlDeviceGetComputeRunningProcesses", handle)
                 if procs:
                     listed.append((label, procs))
+                    on_gpu.setdefault(watched.label, set()).update(p.pid for p in procs)
         samples: list[Sample] = []
         for label, procs in listed:
             used: dict[int, float] = {}
@@ -199,37 +236,96 @@ class NvmlListener(PolledListener):
                     used[proc.pid] = used.get(proc.pid, 0.0) + proc.usedGpuMemory / MIB
             for pid, mib in sorted(used.items()):
                 samples += samples_from(now, f"nvml/{label}/proc{pid}", {"mem_used_mib": mib})
+        clients = self._clients()
+        if clients:
+            routed: dict[Emit | None, list[Sample]] = {}
+            for watched in self._watched:
+                for emit, values in self._utilisation(watched, clients, on_gpu).items():
+                    prefix = f"nvml/{watched.label}/proc"
+                    routed.setdefault(emit, []).extend(samples_from(now, prefix, values))
+            samples += routed.pop(None, [])
+            for emit, theirs in routed.items():
+                if emit is not None:
+                    emit(theirs)
         return samples
 
-    def _in_run(self, pid: int) -> bool:
-        """Whether ``pid`` descends from the run's root process.
+    def _clients(self) -> dict[int, Emit | None]:
+        """Root pid -> where its run's samples go: the workload's runs, or this run (None)."""
+        run = self.run
+        if run is None:
+            return {}
+        if run.clients:
+            return {client.pid: client.emit for client in run.clients if client.pid > 0}
+        return {run.pid: None} if run.pid > 0 else {}
 
-        Walks up from the few pids NVML lists, rather than down the run's whole
-        tree, which means reading every process of the machine at each poll.
+    def _utilisation(
+        self, watched: _Watched, clients: dict[int, Emit | None], on_gpu: dict[str, set[int]]
+    ) -> dict[Emit | None, dict[str, float | None]]:
+        """``sm_pct`` and ``mem_pct`` of each client's processes on one GPU since the last read.
+
+        NVML returns one sample per process that used the GPU in a sample period since
+        ``lastSeenTimeStamp``; a client whose processes hold the GPU (listed as running)
+        but have no sample among new ones used none: 0. No new sample at all, or no
+        support (MIG mode): nothing, never 0.
         """
+        assert self._reader is not None
+        found = self._reader.process_utilization(
+            watched.label, watched.device.handle, watched.util_seen_us
+        )
+        if not found:
+            return {}
+        watched.util_seen_us = max(watched.util_seen_us, *(s.timeStamp for s in found))
+        latest: dict[int, Any] = {}
+        for sample in found:
+            if sample.pid not in latest or sample.timeStamp > latest[sample.pid].timeStamp:
+                latest[sample.pid] = sample
+        totals: dict[Emit | None, dict[str, float | None]] = {}
+        for pid in on_gpu.get(watched.label, set()) | set(latest):
+            owner = self._owner(pid, clients)
+            if owner is None:
+                continue
+            values = totals.setdefault(clients[owner], {"sm_pct": 0.0, "mem_pct": 0.0})
+            sample = latest.get(pid)
+            if sample is None:
+                continue
+            for key, value in (("sm_pct", sample.smUtil), ("mem_pct", sample.memUtil)):
+                if value in NOT_AVAILABLE or values[key] is None:
+                    values[key] = None
+                else:
+                    values[key] += value
+        return totals
+
+    def _owner(self, pid: int, roots: dict[int, Any]) -> int | None:
+        """The nearest of ``roots`` that ``pid`` is or descends from, or None."""
+        chain = self._chain(pid)
+        return next((p for p in chain if p in roots), None)
+
+    def _in_run(self, pid: int) -> bool:
+        """Whether ``pid`` descends from the run's root process."""
         root = self._root
         if root is None or not root.is_running():
             self._root = None
             return False
-        if pid not in self._members:
-            current, member = pid, False
+        return root.pid in self._chain(pid)
+
+    def _chain(self, pid: int) -> tuple[int, ...]:
+        """``pid`` and its ancestors, nearest first (cached per pid).
+
+        Walks up from the few pids NVML lists, rather than down a run's whole tree,
+        which means reading every process of the machine at each poll.
+        """
+        if pid not in self._chains:
+            chain, current = [pid], pid
             for _ in range(64):
-                if current == root.pid:
-                    member = True
-                    break
                 try:
                     current = psutil.Process(current).ppid()
                 except psutil.Error:
                     break
                 if current <= 1:
                     break
-            self._members[pid] = member
-        return self._members[pid]
-        try:
-            return {root.pid, *(child.pid for child in root.children(recursive=True))}
-        except psutil.Error:
-            self._root = None
-            return set()
+                chain.append(current)
+            self._chains[pid] = tuple(chain)
+        return self._chains[pid]
 
 
 def _mig_indices(entries: list[str], gpu: Gpu) -> list[int]:

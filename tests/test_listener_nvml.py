@@ -22,10 +22,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from conftest import FAKES, FIXTURES
+from conftest import FAKES, FIXTURES, kill_quietly
 from radt.listeners.nvml import NvmlListener
 
-from radt.listener import RunContext, Sample
+from radt.listener import Client, RunContext, Sample
 
 FAKE_DIR = FAKES / "pynvml"
 SCENARIO = FIXTURES / "nvml_h100.json"
@@ -43,6 +43,7 @@ FAKE_ENV = (
 )
 GPU_KEYS = {
     "power_w",
+    "power_avg_w",
     "energy_j",
     "util_pct",
     "mem_util_pct",
@@ -176,7 +177,10 @@ def test_the_fake_has_the_real_names_signatures_constants_and_errors(fake, real_
         elif isinstance(ours, int):
             assert ours == theirs, name
         elif hasattr(ours, "_fields_") and not name.startswith("struct_"):
-            assert ours._fields_ == theirs._fields_, name
+            # Same members with the same C types (a nested type by its name).
+            assert [(f, t.__name__) for f, t in ours._fields_] == [
+                (f, t.__name__) for f, t in theirs._fields_
+            ], name
         elif (
             inspect.isclass(ours)
             and issubclass(ours, fake.NVMLError)
@@ -194,7 +198,9 @@ def test_gpu_values_in_the_units_of_their_keys(fake, started):
     nvml = started(devices=("0",))
     first, second = nvml.poll(), nvml.poll()
     assert {k.rsplit("/", 1)[1] for k in first} == GPU_KEYS
-    assert first["nvml/gpu0/power_w"] == pytest.approx(629.45)  # 629450 mW
+    # The field NVML_FI_DEV_POWER_INSTANT (588390 mW), and the 1 s average field (629450 mW).
+    assert first["nvml/gpu0/power_w"] == pytest.approx(588.39)
+    assert first["nvml/gpu0/power_avg_w"] == pytest.approx(629.45)
     assert first["nvml/gpu0/mem_total_mib"] == 81559.0  # 85520809984 B
     assert first["nvml/gpu0/mem_used_mib"] == 19818.0  # v2: without the 479 MiB reserved
     assert first["nvml/gpu0/util_pct"] == 100.0 and first["nvml/gpu0/mem_util_pct"] == 11.0
@@ -208,7 +214,10 @@ def test_gpu_values_in_the_units_of_their_keys(fake, started):
     # The counter starts at 4819276123 mJ and adds 62945 mJ per read: a delta, in J.
     assert first["nvml/gpu0/energy_j"] == pytest.approx(62.945)
     assert second["nvml/gpu0/energy_j"] == pytest.approx(125.890)
-    assert nvml.tags == {"radt.nvml.energy_method.gpu0": "counter"}
+    assert nvml.tags == {
+        "radt.nvml.energy_method.gpu0": "counter",
+        "radt.nvml.power_source.gpu0": "instant",
+    }
 
 
 def test_close_shuts_nvml_down_once(fake, started):
@@ -248,7 +257,7 @@ def test_older_driver_throttle_reasons_come_from_the_old_name(fake, scenario, st
 def test_energy_integrates_power_where_the_counter_is_not_supported(fake, scenario, started):
     def edit(s):
         s["gpus"][0]["errors"] = {"nvmlDeviceGetTotalEnergyConsumption": "NOT_SUPPORTED"}
-        s["gpus"][0]["power_mw"] = [100000, 200000, 300000]
+        s["gpus"][0]["power_instant_mw"] = [100000, 200000, 300000]
 
     scenario(edit)
     times = iter([10.0, 11.0, 11.5])
@@ -256,7 +265,10 @@ def test_energy_integrates_power_where_the_counter_is_not_supported(fake, scenar
     # open: 100 W at 10 s; then 200 W at 11 s and 300 W at 11.5 s (trapezoids).
     assert nvml.poll()["nvml/gpu0/energy_j"] == pytest.approx(150.0)
     assert nvml.poll()["nvml/gpu0/energy_j"] == pytest.approx(150.0 + 125.0)
-    assert nvml.tags == {"radt.nvml.energy_method.gpu0": "integrated_power"}
+    assert nvml.tags == {
+        "radt.nvml.energy_method.gpu0": "integrated_power",
+        "radt.nvml.power_source.gpu0": "instant",
+    }
     assert fake.FAKE_CALLS[("nvmlDeviceGetTotalEnergyConsumption", "gpu0")] == 1
 
 
@@ -264,11 +276,12 @@ def test_no_energy_and_no_tag_without_counter_or_power(scenario, started):
     errors = {
         "nvmlDeviceGetTotalEnergyConsumption": "NOT_SUPPORTED",
         "nvmlDeviceGetPowerUsage": "NOT_SUPPORTED",
+        "nvmlDeviceGetFieldValues": "FUNCTION_NOT_FOUND",  # a driver without power fields
     }
     scenario(lambda s: s["gpus"][0].update(errors=errors))
     nvml = started(devices=("0",))
     values = nvml.poll()
-    assert "nvml/gpu0/energy_j" not in values and "nvml/gpu0/power_w" not in values
+    assert not {"energy_j", "power_w", "power_avg_w"} & {k.rsplit("/", 1)[1] for k in values}
     assert values["nvml/gpu0/temp_c"] == 59.0
     assert nvml.tags == {}
 
@@ -281,17 +294,26 @@ def test_mig_device_of_the_run_reports_memory_and_no_utilisation(fake, started):
     assert values["nvml/gpu1/mig1/mem_total_mib"] == 20096.0
     # NVML has no utilisation on MIG devices nor on a GPU in MIG mode: missing, never 0.
     assert not [k for k in values if "util" in k]
-    assert values["nvml/gpu1/power_w"] == pytest.approx(432.21)
+    assert values["nvml/gpu1/power_w"] == pytest.approx(444.72)
+    assert values["nvml/gpu1/power_avg_w"] == pytest.approx(432.21)
     assert values["nvml/gpu1/mem_used_mib"] == 11125.0
-    assert nvml.tags == {"radt.nvml.energy_method.gpu1": "counter"}
+    assert nvml.tags == {
+        "radt.nvml.energy_method.gpu1": "counter",
+        "radt.nvml.power_source.gpu1": "instant",
+    }
 
 
 def test_a_failing_call_drops_only_its_field(fake, scenario, started):
     errors = {
         "nvmlDeviceGetTemperature": "NOT_SUPPORTED",
-        "nvmlDeviceGetPowerUsage": {"error": "GPU_IS_LOST", "from_read": 2},
+        "nvmlDeviceGetPowerUsage": {"error": "GPU_IS_LOST", "from_read": 3},
     }
-    scenario(lambda s: s["gpus"][0].update(errors=errors, pstate=32))
+    # No power fields: power_w is nvmlDeviceGetPowerUsage, read once at start, then per poll.
+    scenario(
+        lambda s: s["gpus"][0].update(
+            errors=errors, pstate=32, power_instant_mw=None, power_average_mw=None
+        )
+    )
     nvml = started(devices=("0",))
     polls = [nvml.poll() for _ in range(4)]
     for values in polls:
@@ -302,7 +324,7 @@ def test_a_failing_call_drops_only_its_field(fake, scenario, started):
     assert [v.get("nvml/gpu0/power_w") for v in polls] == [629.45, 629.45, None, None]
     # Not supported: asked once, never again; a failing call is asked again each time.
     assert fake.FAKE_CALLS[("nvmlDeviceGetTemperature", "gpu0")] == 1
-    assert fake.FAKE_CALLS[("nvmlDeviceGetPowerUsage", "gpu0")] == 4
+    assert fake.FAKE_CALLS[("nvmlDeviceGetPowerUsage", "gpu0")] == 5
 
 
 def test_process_memory_of_the_run_tree_only(scenario, started, monkeypatch):
@@ -335,7 +357,7 @@ def test_process_memory_of_the_run_tree_only(scenario, started, monkeypatch):
         scenario(edit)
         monkeypatch.setenv("FAKE_PYNVML_ROOT_PID", str(child.pid))
         values = started(pid=child.pid).poll()
-        procs = {k: v for k, v in values.items() if "/proc" in k}
+        procs = {k: v for k, v in values.items() if k.endswith("/mem_used_mib") and "/proc" in k}
         assert procs == {
             f"nvml/gpu0/proc{child.pid}/mem_used_mib": 326.0,
             f"nvml/gpu0/proc{grandchild}/mem_used_mib": 100.0,
@@ -346,6 +368,165 @@ def test_process_memory_of_the_run_tree_only(scenario, started, monkeypatch):
         child.wait()
         if "grandchild" in locals():
             os.kill(grandchild, 9)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field_calls", "average"),
+    [
+        # The GPU has neither field (each field's own status is NOT_SUPPORTED): asked once.
+        ({"power_instant_mw": None, "power_average_mw": None}, 1, None),
+        # A driver older than the fields' API: nvmlDeviceGetFieldValues itself is missing.
+        ({"errors": {"nvmlDeviceGetFieldValues": "FUNCTION_NOT_FOUND"}}, 1, None),
+        # The average field without the instant one: power_w is still nvmlDeviceGetPowerUsage.
+        ({"power_instant_mw": None, "power_average_mw": 611000}, 4, 611.0),
+    ],
+)
+def test_without_the_instant_field_power_w_is_the_power_usage_and_a_tag_says_so(
+    fake, scenario, started, edit, field_calls, average
+):
+    scenario(lambda s: s["gpus"][0].update(edit, power_mw=629450))
+    nvml = started(devices=("0",))
+    polls = [nvml.poll() for _ in range(3)]
+    assert [v["nvml/gpu0/power_w"] for v in polls] == [pytest.approx(629.45)] * 3
+    assert [v.get("nvml/gpu0/power_avg_w") for v in polls] == [average] * 3
+    assert nvml.tags["radt.nvml.power_source.gpu0"] == "power_usage"
+    assert fake.FAKE_CALLS[("nvmlDeviceGetFieldValues", "gpu0")] == field_calls
+
+
+def test_a_failed_instant_reading_is_missing_not_replaced_by_the_average(fake, scenario, started):
+    instant = [588390, {"error": "UNKNOWN"}, 590120]
+    scenario(lambda s: s["gpus"][0].update(power_instant_mw=instant))
+    nvml = started(devices=("0",))  # the start reads 588390: the source is the instant field
+    first, second = nvml.poll(), nvml.poll()
+    assert "nvml/gpu0/power_w" not in first
+    assert first["nvml/gpu0/power_avg_w"] == pytest.approx(629.45)
+    assert second["nvml/gpu0/power_w"] == pytest.approx(590.12)
+    assert nvml.tags["radt.nvml.power_source.gpu0"] == "instant"
+    assert fake.FAKE_CALLS[("nvmlDeviceGetPowerUsage", "gpu0")] == 0
+
+
+@pytest.fixture
+def tree() -> Iterator[tuple[int, int]]:
+    """A child process and its own child: (child pid, grandchild pid); killed after the test."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "print(g.pid, flush=True)\ntime.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    grandchild = None
+    try:
+        grandchild = int(child.stdout.readline())  # type: ignore[union-attr]
+        yield child.pid, grandchild
+    finally:
+        child.kill()
+        child.wait()
+        if grandchild is not None:
+            kill_quietly(grandchild)
+
+
+def test_per_process_utilisation_of_the_run_since_the_last_read(
+    fake, scenario, started, monkeypatch, tree
+):
+    root, grandchild = tree
+
+    def edit(s):
+        s["gpus"][0]["processes"] = [
+            {"pid": "$ROOT", "used_memory_bytes": 326 * MIB},
+            {"pid": grandchild, "used_memory_bytes": 100 * MIB},
+            {"pid": 1, "used_memory_bytes": 60 * MIB},
+        ]
+        s["gpus"][0]["process_utilization"] = [
+            [
+                {"pid": "$ROOT", "sm_pct": 40, "mem_pct": 5},
+                {"pid": grandchild, "sm_pct": 20, "mem_pct": 3},
+                {"pid": 1, "sm_pct": 30, "mem_pct": 9},
+            ],
+            [],
+            [{"pid": 1, "sm_pct": 30, "mem_pct": 9}],
+            [{"pid": "$ROOT", "sm_pct": 70, "mem_pct": 8}],
+        ]
+        s["gpus"][1]["processes"] = [{"pid": "$ROOT", "used_memory_bytes": 50 * MIB, "mig": 1}]
+        s["gpus"][1]["process_utilization"] = [[{"pid": "$ROOT", "sm_pct": 50, "mem_pct": 5}]]
+
+    scenario(edit)
+    monkeypatch.setenv("FAKE_PYNVML_ROOT_PID", str(root))
+    nvml = started(pid=root)
+
+    def utilisation(values: dict[str, float]) -> dict[str, float]:
+        return {k: v for k, v in values.items() if "/proc/" in k}
+
+    polls = [utilisation(nvml.poll()) for _ in range(4)]
+    assert polls == [
+        # The run's two processes summed; pid 1 is not the run's.
+        {"nvml/gpu0/proc/sm_pct": 60.0, "nvml/gpu0/proc/mem_pct": 8.0},
+        # No sample since the last read (NVML_ERROR_NOT_FOUND): missing, not the last value.
+        {},
+        # New samples, none of the run's processes among them while they hold the GPU: 0.
+        {"nvml/gpu0/proc/sm_pct": 0.0, "nvml/gpu0/proc/mem_pct": 0.0},
+        {"nvml/gpu0/proc/sm_pct": 70.0, "nvml/gpu0/proc/mem_pct": 8.0},
+    ]
+    # GPU 1 is in MIG mode: NVML has no per-process utilisation there; asked once.
+    assert fake.FAKE_CALLS[("nvmlDeviceGetProcessUtilization", "gpu1")] == 1
+
+
+def test_in_a_workload_each_run_gets_the_utilisation_of_its_own_processes(fake, scenario, tree):
+    a, a_child = tree
+    b = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+
+        def edit(s):
+            s["gpus"][0]["processes"] = [{"pid": a, "used_memory_bytes": 100 * MIB}]
+            s["gpus"][0]["process_utilization"] = [
+                [
+                    {"pid": a, "sm_pct": 30, "mem_pct": 4},
+                    {"pid": a_child, "sm_pct": 5, "mem_pct": 1},
+                    {"pid": b.pid, "sm_pct": 50, "mem_pct": 6},
+                    {"pid": 1, "sm_pct": 9, "mem_pct": 9},
+                ]
+            ]
+
+        scenario(edit)
+        own: list[Sample] = []
+        theirs: dict[str, list[Sample]] = {"a": [], "b": []}
+        listener = NvmlListener()
+        listener.start(
+            RunContext(
+                run_id="workload",
+                pid=os.getpid(),  # the workload's listeners watch radT's tree
+                workdir=Path("."),
+                emit=own.extend,
+                devices=("0",),
+                clients=(
+                    Client("a", a, theirs["a"].extend),
+                    Client("b", b.pid, theirs["b"].extend),
+                ),
+            )
+        )
+        try:
+            values = {s.key: s.value for s in listener.poll()}
+        finally:
+            listener.stop()
+        assert {k: v for k, v in values.items() if "/proc" in k} == {
+            f"nvml/gpu0/proc{a}/mem_used_mib": 100.0  # per-process memory stays in the workload
+        }
+        assert own == []  # the sampler emits what poll returns; nothing else went there
+        assert {s.key: s.value for s in theirs["a"]} == {
+            "nvml/gpu0/proc/sm_pct": 35.0,
+            "nvml/gpu0/proc/mem_pct": 5.0,
+        }
+        assert {s.key: s.value for s in theirs["b"]} == {
+            "nvml/gpu0/proc/sm_pct": 50.0,
+            "nvml/gpu0/proc/mem_pct": 6.0,
+        }
+    finally:
+        b.kill()
+        b.wait()
 
 
 WHOLE_GPU1 = {"gpu1", "gpu1/mig0", "gpu1/mig1", "gpu1/mig2", "gpu1/mig3"}
@@ -373,7 +554,10 @@ def test_only_the_runs_gpus_are_watched(fake, started, monkeypatch, devices, vis
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     nvml = started(devices=devices)
     assert entities(nvml.poll()) == expected
-    assert set(nvml.tags) == {f"radt.nvml.energy_method.{e}" for e in expected if "/" not in e}
+    gpus = {e for e in expected if "/" not in e}
+    assert set(nvml.tags) == {
+        f"radt.nvml.{tag}.{e}" for e in gpus for tag in ("energy_method", "power_source")
+    }
 
 
 def test_an_unknown_device_refuses_to_start_and_releases_nvml(fake):
@@ -438,15 +622,16 @@ def test_through_radt_series_in_mlflow_and_the_samples_artifact(workspace, tmp_p
     assert run.data.tags["radt.listeners"] == "nvml"
     assert run.data.tags["radt.nvml.energy_method.gpu0"] == "counter"
     assert run.data.tags["radt.nvml.energy_method.gpu1"] == "counter"
+    assert run.data.tags["radt.nvml.power_source.gpu0"] == "instant"
     client = workspace.client()
     history = client.get_metric_history(run_id, "system/nvml/gpu0/power_w")
-    assert history and all(m.value == pytest.approx(629.45) for m in history)
+    assert history and all(m.value == pytest.approx(588.39) for m in history)
     assert "system/nvml/gpu1/mig0/mem_used_mib" in run.data.metrics
     local = client.download_artifacts(run_id, "radt/samples.parquet", str(tmp_path))
     table = pd.read_parquet(local)
     power = table[table.key == "nvml/gpu0/power_w"]
     assert len(power) >= 10  # 1.5 s at 0.05 s
-    assert power.value.tolist() == pytest.approx([629.45] * len(power))
+    assert power.value.tolist() == pytest.approx([588.39] * len(power))
     assert set(power.listener) == {"nvml"}
     energy = table[table.key == "nvml/gpu0/energy_j"].sort_values("timestamp").value.tolist()
     assert energy[0] == pytest.approx(62.945) and energy == sorted(energy)
@@ -454,3 +639,44 @@ def test_through_radt_series_in_mlflow_and_the_samples_artifact(workspace, tmp_p
     pid = (workspace.root / "pid.txt").read_text()
     proc = table[table.key == f"nvml/gpu0/proc{pid}/mem_used_mib"]
     assert len(proc) >= 5 and set(proc.value) == {15690.0}
+
+
+PLAN = """\
+Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params, PowerLimit, Env
+shared, pair, , , 0, naive, job.py, nvml, --lr 0.1, -, JOB=a
+shared, pair, , , 0, naive, job.py, nvml, --lr 0.2, -, JOB=b
+"""
+JOB = """
+import os, time
+with open(f"started-{os.environ['JOB']}", "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(2.5)
+"""
+
+
+def test_through_a_plan_each_run_gets_its_own_processes_utilisation(workspace, tmp_path):
+    workspace.script("job.py", JOB)
+    (workspace.root / "plan.csv").write_text(PLAN)
+    data = json.loads(SCENARIO.read_text())
+    data["gpus"][0]["process_utilization"] = [
+        [
+            {"pid": f"$FILE:{workspace.root / 'started-a'}", "sm_pct": 30, "mem_pct": 4},
+            {"pid": f"$FILE:{workspace.root / 'started-b'}", "sm_pct": 50, "mem_pct": 6},
+        ]
+    ]
+    (tmp_path / "scenario.json").write_text(json.dumps(data))
+    env = {k: v for k, v in workspace.env.items() if k not in FAKE_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKE_DIR), env["PYTHONPATH"]])
+    env["FAKE_PYNVML_SCENARIO"] = str(tmp_path / "scenario.json")
+    done = workspace.run(["--interval", "0.05", "plan.csv"], env=env)
+    assert done.returncode == 0, done.stderr
+    runs = workspace.runs("shared")
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    letter = {r.data.tags["radt.letter"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
+    key = "system/nvml/gpu0/proc/sm_pct"
+    assert parent.data.metrics["system/nvml/gpu0/power_w"] == pytest.approx(588.39)
+    assert key not in parent.data.metrics
+    assert letter["A"].data.metrics[key] == 30.0
+    assert letter["A"].data.metrics["system/nvml/gpu0/proc/mem_pct"] == 4.0
+    assert letter["B"].data.metrics[key] == 50.0
+    assert "system/nvml/gpu0/power_w" not in letter["B"].data.metrics

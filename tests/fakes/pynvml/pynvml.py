@@ -19,6 +19,14 @@ Behaviour of the real library that the fake copies:
   clocks or temperature.
 - ``nvmlDeviceGetMigDeviceHandleByIndex`` raises ``NVMLError_NotFound`` for an
   empty slot; ``nvmlDeviceIsMigDeviceHandle`` returns a ``c_uint``, as the real one.
+- ``nvmlDeviceGetFieldValues`` succeeds as a call and reports each field's own
+  status in its ``nvmlReturn`` (NVML_ERROR_NOT_SUPPORTED for a field the GPU lacks,
+  for any scope but ``NVML_POWER_SCOPE_GPU``, and for every field of a MIG device);
+  power fields come back as ``uiVal`` in mW with ``NVML_VALUE_TYPE_UNSIGNED_INT``.
+- ``nvmlDeviceGetProcessUtilization(handle, timeStamp)`` returns the samples newer
+  than ``timeStamp`` (CPU microseconds), one per process that had non-zero use in a
+  sample period, and raises ``NVMLError_NotFound`` when there is none; it is not
+  supported on a GPU in MIG mode.
 
 Driven by a JSON scenario (default ``../../fixtures/nvml_h100.json``) named by
 the environment, read at each first ``nvmlInit``:
@@ -33,10 +41,15 @@ Scenario, per GPU (see nvml_h100.json): ``name``, ``uuid``, ``power_mw``,
 ``utilization_pct`` (``{"gpu", "memory"}``), ``memory_bytes`` (``{"total",
 "reserved", "free", "used"}``; v1 ``used`` is total - free), ``temperature_c``,
 ``clocks_mhz`` (``{"graphics", "sm", "mem", "video"}``), ``pstate``,
-``enforced_power_limit_mw``, ``clocks_event_reasons``, ``mig_mode`` (``[current,
+``enforced_power_limit_mw``, ``clocks_event_reasons``, ``power_instant_mw`` and
+``power_average_mw`` (the fields ``NVML_FI_DEV_POWER_INSTANT`` / ``_AVERAGE``; absent or
+null: the field is not supported; ``{"error": "UNKNOWN"}``: that read fails so), ``process_utilization`` (a list of batches, the k-th
+call adds batch k, cycling, stamped with the current time: each batch a list of
+``{"pid", "sm_pct", "mem_pct"}``; absent: not supported), ``mig_mode`` (``[current,
 pending]``), ``max_mig_devices``, ``mig_devices`` (``index``, ``uuid``, ``name``,
 ``gpu_instance_id``, ``compute_instance_id``, ``memory_bytes``), ``processes``
-(``pid``: a number, ``"$ROOT"`` or ``"$CHILDREN"`` (each child of this process);
+(``pid``: a number, ``"$ROOT"``, ``"$CHILDREN"`` (each child of this process) or
+``"$FILE:/path"`` (the pid written in that file, none while it is missing);
 ``used_memory_bytes``: bytes or null for N/A; ``mig``: the MIG device index it
 runs on), and ``errors``: ``{function name: "NOT_SUPPORTED"}`` to fail every call,
 or ``{"error": "GPU_IS_LOST", "from_read": 2}`` to fail from the third call on.
@@ -51,8 +64,23 @@ import os
 import string
 import sys
 import threading
+import time
 from collections import Counter
-from ctypes import POINTER, Structure, c_int, c_uint, c_ulonglong, pointer
+from ctypes import (
+    POINTER,
+    Structure,
+    Union,
+    c_double,
+    c_int,
+    c_int64,
+    c_longlong,
+    c_uint,
+    c_uint32,
+    c_ulong,
+    c_ulonglong,
+    c_ushort,
+    pointer,
+)
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +134,19 @@ NVML_DEVICE_MIG_ENABLE = 0x1
 NVML_VALUE_NOT_AVAILABLE_ulonglong = c_ulonglong(-1)
 NVML_VALUE_NOT_AVAILABLE_uint = c_uint(-1)
 nvmlMemory_v2 = 0x02000028
+NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_VALUE_TYPE_UNSIGNED_LONG = 2
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
+NVML_VALUE_TYPE_SIGNED_INT = 5
+NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
+NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
+NVML_FI_DEV_POWER_AVERAGE = 185
+NVML_FI_DEV_POWER_INSTANT = 186
+NVML_POWER_SCOPE_GPU = 0
+NVML_POWER_SCOPE_MODULE = 1
+NVML_POWER_SCOPE_MEMORY = 2
 
 nvmlClocksEventReasonGpuIdle = 0x0000000000000001
 nvmlClocksEventReasonApplicationsClocksSetting = 0x0000000000000002
@@ -243,6 +284,41 @@ class c_nvmlUtilization_t(_PrintableStructure):
     _fmt_ = {"<default>": "%d %%"}
 
 
+class c_nvmlValue_t(Union):
+    _fields_ = [
+        ("dVal", c_double),
+        ("uiVal", c_uint),
+        ("ulVal", c_ulong),
+        ("ullVal", c_ulonglong),
+        ("sllVal", c_longlong),
+        ("siVal", c_int),
+        ("usVal", c_ushort),
+    ]
+
+
+class c_nvmlFieldValue_t(_PrintableStructure):
+    _fields_ = [
+        ("fieldId", c_uint32),
+        ("scopeId", c_uint32),
+        ("timestamp", c_int64),
+        ("latencyUsec", c_int64),
+        ("valueType", c_uint),
+        ("nvmlReturn", c_uint),
+        ("value", c_nvmlValue_t),
+    ]
+
+
+class c_nvmlProcessUtilizationSample_t(_PrintableStructure):
+    _fields_ = [
+        ("pid", c_uint),
+        ("timeStamp", c_ulonglong),
+        ("smUtil", c_uint),
+        ("memUtil", c_uint),
+        ("encUtil", c_uint),
+        ("decUtil", c_uint),
+    ]
+
+
 class nvmlFriendlyObject:
     def __init__(self, dictionary):
         for key in dictionary:
@@ -281,6 +357,7 @@ def _load_scenario() -> None:
     _gpus = gpus
     _handles.clear()
     _reads.clear()
+    _history.clear()
     FAKE_CALLS.clear()
 
 
@@ -434,6 +511,44 @@ def nvmlDeviceGetTotalEnergyConsumption(handle):
     return int(counter["start"] + counter["step"] * read)
 
 
+_FIELDS = {
+    NVML_FI_DEV_POWER_AVERAGE: "power_average_mw",
+    NVML_FI_DEV_POWER_INSTANT: "power_instant_mw",
+}
+"""Field id -> scenario entry (mW, read as ``uiVal``); any other field is NOT_SUPPORTED."""
+
+
+def nvmlDeviceGetFieldValues(handle, fieldIds):
+    gpu, mig, _ = _call("nvmlDeviceGetFieldValues", handle)
+    label = f"gpu{handle.contents._gpu}" + ("" if mig is None else f"/mig{mig['index']}")
+    values = (c_nvmlFieldValue_t * len(fieldIds))()
+    for i, field_id in enumerate(fieldIds):
+        try:
+            values[i].fieldId, values[i].scopeId = field_id
+        except TypeError:
+            values[i].fieldId = field_id
+        entry = _FIELDS.get(values[i].fieldId)
+        values[i].timestamp = int(time.time() * 1e6)
+        if entry is None or mig is not None or values[i].scopeId != NVML_POWER_SCOPE_GPU:
+            values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+            continue
+        with _lock:
+            read = _reads[(entry, label)]
+            _reads[(entry, label)] += 1
+        try:
+            value = _value(gpu, entry, read)
+        except NVMLError as exc:
+            values[i].nvmlReturn = exc.value
+            continue
+        if isinstance(value, dict):  # {"error": "UNKNOWN"}: this read of the field fails so
+            values[i].nvmlReturn = globals()[f"NVML_ERROR_{value['error']}"]
+            continue
+        values[i].nvmlReturn = NVML_SUCCESS
+        values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_INT
+        values[i].value.uiVal = int(value)
+    return values
+
+
 def nvmlDeviceGetEnforcedPowerLimit(handle):
     return int(_gpu_only("nvmlDeviceGetEnforcedPowerLimit", handle, "enforced_power_limit_mw")[1])
 
@@ -570,6 +685,12 @@ def _pids(entry) -> list[int]:
         return [int(root)] if root else []
     if entry == "$CHILDREN":
         return _children(os.getpid())
+    if isinstance(entry, str) and entry.startswith("$FILE:"):
+        try:
+            text = Path(entry[len("$FILE:") :]).read_text().strip()
+        except OSError:
+            return []
+        return [int(text)] if text.isdigit() else []
     return [int(entry)]
 
 
@@ -615,3 +736,30 @@ nvmlDeviceGetComputeRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesses_v
 
 def nvmlDeviceGetComputeRunningProcesses(handle):
     return nvmlDeviceGetComputeRunningProcesses_v3(handle)
+
+
+_history: dict[int, list[Any]] = {}
+"""Per GPU: the process utilisation samples the fake driver holds (the newest 256)."""
+
+
+def nvmlDeviceGetProcessUtilization(handle, timeStamp):
+    gpu, _, read = _gpu_only("nvmlDeviceGetProcessUtilization", handle, "process_utilization")
+    if _mig_on(gpu):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    batches = gpu["process_utilization"]
+    batch = batches[read % len(batches)] if batches else []
+    history = _history.setdefault(handle.contents._gpu, [])
+    with _lock:
+        stamp = max(int(time.time() * 1e6), history[-1].timeStamp + 1 if history else 0)
+        for entry in batch:
+            for pid in _pids(entry["pid"]):
+                sample = c_nvmlProcessUtilizationSample_t()
+                sample.pid, sample.timeStamp = pid, stamp
+                sample.smUtil, sample.memUtil = int(entry["sm_pct"]), int(entry["mem_pct"])
+                sample.encUtil, sample.decUtil = 0, 0
+                history.append(sample)
+        del history[:-256]
+        newer = [sample for sample in history if sample.timeStamp > timeStamp]
+    if not newer:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return newer

@@ -43,9 +43,10 @@ Scenario, per GPU (see nvml_h100.json): ``name``, ``uuid``, ``power_mw``,
 ``clocks_mhz`` (``{"graphics", "sm", "mem", "video"}``), ``pstate``,
 ``enforced_power_limit_mw``, ``clocks_event_reasons``, ``power_instant_mw`` and
 ``power_average_mw`` (the fields ``NVML_FI_DEV_POWER_INSTANT`` / ``_AVERAGE``; absent or
-null: the field is not supported; ``{"error": "UNKNOWN"}``: that read fails so), ``process_utilization`` (a list of batches, the k-th
-call adds batch k, cycling, stamped with the current time: each batch a list of
-``{"pid", "sm_pct", "mem_pct"}``; absent: not supported), ``mig_mode`` (``[current,
+null: the field is not supported; ``{"error": "UNKNOWN"}``: that read fails so),
+``process_utilization`` (a list of batches, the k-th call adds batch k, cycling, stamped
+with the current time: each batch a list of ``{"pid", "sm_pct", "mem_pct"}``; absent: not
+supported), ``mig_mode`` (``[current,
 pending]``), ``max_mig_devices``, ``mig_devices`` (``index``, ``uuid``, ``name``,
 ``gpu_instance_id``, ``compute_instance_id``, ``memory_bytes``), ``processes``
 (``pid``: a number, ``"$ROOT"``, ``"$CHILDREN"`` (each child of this process) or

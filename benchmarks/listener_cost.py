@@ -6,14 +6,17 @@
 
 No GPU is needed, nor used: NVML is the fake ``pynvml`` (tests/fakes/pynvml,
 scenario derived from tests/fixtures/nvml_h100.json: GPU 0 only, its
-``$CHILDREN`` process entry replaced by the pid of a ``sleep`` child of this
-process, so that the fake does not scan /proc at every call, which no real NVML
-does), and ``nvidia-smi``/``dcgmi`` are the fakes in tests/fakes. Every figure
+``$CHILDREN`` process and utilisation entries replaced by the pid of a ``sleep``
+child of this process, so that the fake does not scan /proc at every call, which
+no real NVML does), ``nvidia-smi``/``dcgmi`` are the fakes in tests/fakes, and
+RAPL is a fake powercap tree (tests/fakes/powercap.py) of a two-socket server
+(tests/fixtures/powercap_info_xeon_2s.txt: package and DRAM per socket, 4 zones). Every figure
 is CPU time of this process (``time.process_time``; no other thread of it is
 busy while a figure is taken), the median of ``--rounds`` rounds.
 
 A *sample* is what one source gives at one instant for one GPU (or the host):
-one ``poll()`` of ``nvml`` (19 keys with the per-process GPU memory), one CSV
+one ``poll()`` of ``nvml`` (22 keys with the per-process GPU memory and the run's
+per-process utilisation), one ``poll()`` of ``rapl`` (8 keys: 4 zones), one CSV
 line of ``nvidia-smi`` (10 keys), one row of ``dcgmi dmon`` (14 keys), one
 ``poll()`` of ``top`` or ``iostat``, one ``collect_metrics()`` of MLflow's
 ``GPUMonitor`` (5 keys), one line of radT 0.2.30's ``nvidia-smi -l 1`` (6 keys).
@@ -62,7 +65,9 @@ Left out of every figure: the tools' own CPU (``nvidia-smi``, ``dcgmi``; the
 fakes' CPU per line is printed for scale only: they are Python scripts), the
 thread wake-ups and pipe reads (see the end-to-end check), the Python start-up
 of any process, and the driver time of real NVML calls (the fake pynvml
-answers from a dict; a real call goes into the kernel driver).
+answers from a dict; a real call goes into the kernel driver), and the kernel's time
+behind a real ``energy_uj`` read (the fake tree is regular files; a real read makes
+the RAPL driver read an MSR, on a CPU of the zone's socket).
 
 End-to-end check (``--no-e2e`` skips it): each radT listener run for a few
 seconds by its real driver (``Sampler`` thread, or ``StreamedListener``
@@ -164,6 +169,7 @@ class Env:
     child: subprocess.Popen
     client: Any = None
     runs: int = 0
+    rapl_root: Path | None = None
 
     def new_run(self, name: str) -> str:
         self.runs += 1
@@ -178,7 +184,9 @@ def setup(folder: Path) -> Env:
     child = subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)
     scenario = json.loads((FIXTURES / "nvml_h100.json").read_text())
     gpu = scenario["gpus"][0]
-    for proc in gpu.get("processes", []):
+    for proc in gpu.get("processes", []) + [
+        entry for batch in gpu.get("process_utilization", []) for entry in batch
+    ]:
         if proc.get("pid") == "$CHILDREN":
             proc["pid"] = child.pid
     scenario["gpus"] = [gpu]
@@ -188,13 +196,19 @@ def setup(folder: Path) -> Env:
     os.environ.pop("FAKE_PYNVML_GPUS", None)
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     os.environ["MLFLOW_TRACKING_URI"] = uri
+    sys.path.insert(0, str(FAKES))
+    import powercap
+
+    env_rapl = powercap.build(FIXTURES / "powercap_info_xeon_2s.txt", folder / "powercap")
     init_store(uri)
     client = MlflowClient(tracking_uri=uri)
     experiment_id = client.create_experiment("listener-cost")
-    return Env(folder, uri, experiment_id, child, client)
+    return Env(folder, uri, experiment_id, child, client, rapl_root=env_rapl)
 
 
-def run_context(env: Env, emit: Callable, interval_s: float | None = None):
+def run_context(
+    env: Env, emit: Callable, interval_s: float | None = None, options: dict | None = None
+):
     from radt.listener import RunContext
 
     workdir = env.folder / "work"
@@ -206,6 +220,7 @@ def run_context(env: Env, emit: Callable, interval_s: float | None = None):
         emit=emit,
         interval_s=interval_s,
         warn=warn,
+        options=options or {},
     )
 
 
@@ -267,15 +282,19 @@ def measure_nvml(env: Env, n: int, rounds: int) -> Source:
         # (radT walks up from NVML's pids; the answer is cached per pid).
         pid = listener._root.pid if listener._root is not None else os.getpid()
         tree = per_call(lambda: listener._in_run(pid), n, rounds)
-        # The poll without that walk (no process samples then), and the same with every
-        # NVML answer cached: what is left is radT's own Python.
+        # The poll without that walk (no process samples then: no run tree for memory, no
+        # run for utilisation), and the same with every NVML answer cached: what is left
+        # is radT's own Python.
         root, listener._root = listener._root, None
+        assert listener.run is not None
+        run_pid, listener.run.pid = listener.run.pid, 0
+        no_tree_keys = len(listener.poll())
         no_tree = per_call(listener.poll, n, rounds)
         reader = listener._reader
         assert reader is not None
         reader.nvml = _CachedNvml(pynvml)
         own = per_call(listener.poll, n, rounds)
-        listener._root = root
+        listener._root, listener.run.pid = root, run_pid
         # The fake's own cost per call, for scale.
         handle = listener._watched[0].device.handle
         fake_call = per_call(lambda: pynvml.nvmlDeviceGetPowerUsage(handle), n * 5, rounds)
@@ -285,6 +304,7 @@ def measure_nvml(env: Env, n: int, rounds: int) -> Source:
         "nvml_calls": per_poll_calls,
         "tree": tree,
         "no_tree": no_tree,
+        "no_tree_keys": no_tree_keys,
         "own": own,
         "fake_call": fake_call,
     }
@@ -375,8 +395,10 @@ def measure_dcgm(env: Env, n: int, rounds: int, capture: int) -> tuple[Source, f
     return Source("dcgm", median(results), outputs), tool_cpu
 
 
-def measure_polled(env: Env, listener: Any, n: int, rounds: int, pause_s: float) -> Source:
-    listener.start(run_context(env, lambda samples: None, interval_s=pause_s))
+def measure_polled(
+    env: Env, listener: Any, n: int, rounds: int, pause_s: float, options: dict | None = None
+) -> Source:
+    listener.start(run_context(env, lambda samples: None, interval_s=pause_s, options=options))
     try:
         time.sleep(pause_s)
         outputs = []
@@ -818,6 +840,7 @@ def end_to_end(env: Env, name: str, seconds: float) -> tuple[float, int, float |
     from radt.listeners.dcgm import DcgmListener
     from radt.listeners.iostat import IostatListener
     from radt.listeners.nvml import NvmlListener
+    from radt.listeners.rapl import RaplListener
     from radt.listeners.smi import SmiListener
     from radt.listeners.top import TopListener
 
@@ -825,6 +848,7 @@ def end_to_end(env: Env, name: str, seconds: float) -> tuple[float, int, float |
 
     made = {
         "nvml": (NvmlListener, 0.02),
+        "rapl": (RaplListener, 0.02),
         "smi": (SmiListener, 0.05),
         "dcgm": (DcgmListener, 0.1),
         "top": (TopListener, 0.1),
@@ -846,7 +870,8 @@ def end_to_end(env: Env, name: str, seconds: float) -> tuple[float, int, float |
         except OSError:
             return None
 
-    run = run_context(env, sink, interval_s=interval)
+    options = {"root": str(env.rapl_root)} if name == "rapl" else None
+    run = run_context(env, sink, interval_s=interval, options=options)
     sampler = Sampler(listener, run) if hasattr(listener, "poll") else None
     if sampler is not None:
         sampler.start()
@@ -950,9 +975,10 @@ def interpolate(points: dict[int, float], x: float) -> float:
     return points[xs[-1]]
 
 
-DEFAULT_HZ = {"nvml": 10.0, "smi": 2.0, "dcgm": 2.0, "top": 2.0, "iostat": 2.0}
+DEFAULT_HZ = {"nvml": 10.0, "rapl": 10.0, "smi": 2.0, "dcgm": 2.0, "top": 2.0, "iostat": 2.0}
 WHAT = {
     "nvml": "poll (fake pynvml, 1 GPU) + recorder",
+    "rapl": "poll (powercap, 2 sockets, 4 zones) + recorder",
     "smi": "parse of one CSV line + recorder",
     "dcgm": "parse of one dmon row + recorder",
     "top": "poll (psutil, run tree + host) + recorder",
@@ -986,6 +1012,17 @@ def main() -> int:
     try:
         progress("sources: nvml")
         nvml = measure_nvml(env, int(150 * scale), rounds)
+        progress("sources: rapl")
+        from radt.listeners.rapl import RaplListener
+
+        rapl = measure_polled(
+            env,
+            RaplListener(),
+            int(2000 * scale),
+            rounds,
+            pause_s=0.0,
+            options={"root": str(env.rapl_root)},
+        )
         progress("sources: smi")
         smi, smi_tool = measure_smi(env, int(5000 * scale), rounds, capture=800)
         progress("sources: dcgm")
@@ -997,7 +1034,7 @@ def main() -> int:
         n_slow = max(10, int(25 * scale))
         top = measure_polled(env, TopListener(), n_slow, rounds, pause_s=0.055)
         iostat = measure_polled(env, IostatListener(), n_slow, rounds, pause_s=0.055)
-        sources = [nvml, smi, dcgm, top, iostat]
+        sources = [nvml, rapl, smi, dcgm, top, iostat]
 
         progress("radT's recorder, simulated at 1 Hz and 100 Hz")
         record = {s.name: record_costs(env, s.outputs, (LO_HZ, HI_HZ), rounds) for s in sources}
@@ -1056,9 +1093,9 @@ def main() -> int:
     rows.insert(
         1,
         Row(
-            "radT `nvml` without per-process GPU memory",
-            "poll minus per-process GPU memory + recorder",
-            nvml.keys - 1,
+            "radT `nvml` without per-process series",
+            "poll minus per-process memory and utilisation + recorder",
+            nvml.notes["no_tree_keys"],
             no_tree,
             rows[0].record_s,
             rows[0].fixed_s,

@@ -8,6 +8,7 @@ real process while the training command itself moves the counters at known power
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pickle
@@ -25,8 +26,19 @@ from radt.listeners.rapl import ROOT_ONLY, RaplListener, find_zones
 from radt.launch.registry import discover
 from radt.listener import RunContext
 
-sys.path.insert(0, str(FAKES))
-import powercap  # noqa: E402  (tests/fakes/powercap.py)
+
+def _load_fake() -> Any:
+    """tests/fakes/powercap.py, loaded by path (tests/fakes is not put on sys.path: its
+    ``pynvml`` folder would shadow a missing nvidia-ml-py for the rest of the session)."""
+    spec = importlib.util.spec_from_file_location("fake_powercap", FAKES / "powercap.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+powercap = _load_fake()
 
 CLIENT_I5 = FIXTURES / "powercap_info_i5_13500.txt"
 LAPTOP_USER = FIXTURES / "powercap_info_psys_user.txt"

@@ -96,29 +96,41 @@ class Workspace:
         return runs[0]
 
 
-@pytest.fixture
-def workspace(tmp_path, template_db) -> Workspace:
-    """A fresh store and radT home; the test plugin listeners are installed."""
-    root = tmp_path / "ws"
-    root.mkdir()
+def new_workspace(
+    base: Path,
+    template_db: Path,
+    drop: tuple[str, ...] = ("MLFLOW_", "RADT_"),
+    plugins: bool = True,
+) -> Workspace:
+    """A folder ``base/ws`` with a copy of the empty store (its default experiment's
+    artifacts beside it) and a radT home ``base/radt-home``; the outside's variables that
+    start with ``drop`` are left out, and the test plugin listeners are installed unless
+    ``plugins`` is false (they include listeners that are on by default)."""
+    root = base / "ws"
+    root.mkdir(parents=True)
     shutil.copy(template_db, root / "mlflow.db")
     with sqlite3.connect(root / "mlflow.db") as db:  # the template's artifacts pointed elsewhere
         db.execute(
             "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
             (str(root / "mlruns" / "0"),),
         )
-    env = dict(os.environ)
-    for name in list(env):
-        if name.startswith(("MLFLOW_", "RADT_")):
-            del env[name]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    if plugins:
+        path = os.pathsep.join([str(PLUGINS), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = path.rstrip(os.pathsep)
     env.update(
         MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}",
-        RADT_HOME=str(tmp_path / "radt-home"),
-        PYTHONPATH=os.pathsep.join([str(PLUGINS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        RADT_HOME=str(base / "radt-home"),
         MLFLOW_DISABLE_TELEMETRY="true",
         PYTHONUNBUFFERED="1",
     )
     return Workspace(root, env)
+
+
+@pytest.fixture
+def workspace(tmp_path, template_db) -> Workspace:
+    """A fresh store and radT home; the test plugin listeners are installed."""
+    return new_workspace(tmp_path, template_db)
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05):

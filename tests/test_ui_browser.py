@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from chromium import CHROMIUM, INSTALL, launch
-from conftest import Workspace, wait_for
+from conftest import Workspace, new_workspace, wait_for
 from servers import HttpServer, answers, free_port
 
 if not CHROMIUM.exists() and not os.environ.get("CI"):
@@ -75,20 +75,8 @@ def shots(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, template_db) -> Study:
     """Two workloads (alone; a naive pair) of a tiny CPU job, and an empty experiment."""
-    import shutil
-
-    base = tmp_path_factory.mktemp("ui")
-    root = base / "ws"
-    root.mkdir()
-    shutil.copy(template_db, root / "mlflow.db")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_"))}
-    env.update(
-        MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}",
-        RADT_HOME=str(base / "radt-home"),
-        MLFLOW_DISABLE_TELEMETRY="true",
-        PYTHONUNBUFFERED="1",
-    )
-    ws = Workspace(root, env)
+    ws = new_workspace(tmp_path_factory.mktemp("ui"), template_db, plugins=False)
+    root = ws.root
     ws.script("job.py", JOB)
     (root / "plan.csv").write_text(PLAN)
     done = ws.run(["--interval", "0.2", "plan.csv"], timeout=300)

@@ -1,11 +1,16 @@
-"""Shared helpers of the benchmarks: machine facts, temp workspaces, tables, statistics.
+"""Shared helpers of the benchmarks: arguments, machine facts, temp workspaces, measuring
+rounds, result tables, statistics.
 
 Nothing here measures anything; each benchmark script is self-contained apart
-from these helpers and runs with ``python benchmarks/<name>.py``.
+from these helpers and runs with ``python benchmarks/<name>.py``. The tests'
+helper modules (``tests/servers.py``, ``mlflow_server.py``, ``postgres.py``,
+``chromium.py``) are importable once this module is: the benchmarks start the
+same real servers and browser as the tests.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import os
@@ -17,14 +22,19 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from radt.launch.environment import cpu_model
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
 OLD_VENV = BENCH / ".venv-radt0230"
+TESTS = REPO / "tests"
+if str(TESTS) not in sys.path:
+    sys.path.insert(1, str(TESTS))  # after the script's own folder
+T = TypeVar("T")
 
 
 def python_bin() -> str:
@@ -73,8 +83,10 @@ def old_radt_versions(venv: Path = OLD_VENV) -> str | None:
     return done.stdout.strip() or None
 
 
-def header(title: str, command: str) -> str:
-    """The lines every benchmark prints first: date, machine, versions, command."""
+def header(title: str, command: str | None = None) -> str:
+    """The lines every benchmark prints first: date, machine, versions, command
+    (default: this process's own command line)."""
+    command = command_line() if command is None else command
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     vers = ", ".join(f"{k} {v}" for k, v in versions().items())
     lines = [
@@ -102,14 +114,30 @@ def header(title: str, command: str) -> str:
 
 
 def command_line() -> str:
+    """How this benchmark was started, as ``python benchmarks/<name>.py ...``."""
     return "python " + " ".join(
         [os.path.relpath(sys.argv[0], Path.cwd()) if sys.argv else "?", *sys.argv[1:]]
     )
 
 
-def workspace(prefix: str) -> Path:
+def workspace(prefix: str, parent: Path | None = None) -> Path:
     """A fresh temporary folder (MLflow stores, RADT_HOME and copies live there)."""
-    return Path(tempfile.mkdtemp(prefix=f"radt-bench-{prefix}-"))
+    return Path(tempfile.mkdtemp(prefix=f"radt-bench-{prefix}-", dir=parent))
+
+
+@contextlib.contextmanager
+def scratch(prefix: str, keep: bool = False, parent: Path | None = None) -> Iterator[Path]:
+    """A fresh :func:`workspace`, removed at the end unless ``keep`` (then named on stderr)."""
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    folder = workspace(prefix, parent)
+    try:
+        yield folder
+    finally:
+        if keep:
+            print(f"kept {folder}", file=sys.stderr)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def base_env(folder: Path, uri: str) -> dict[str, str]:
@@ -147,15 +175,25 @@ def init_store(uri: str) -> None:
         os.chdir(before)
 
 
+def sqlite_store(folder: Path) -> str:
+    """A SQLite MLflow store ``folder/mlflow.db`` with its tables made (:func:`init_store`);
+    returns its URI."""
+    folder.mkdir(parents=True, exist_ok=True)
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    init_store(uri)
+    return uri
+
+
 def median(values: Sequence[float]) -> float:
+    """The median, NaN for no values."""
     return statistics.median(values) if values else float("nan")
 
 
-def spread(values: Sequence[float]) -> str:
-    """``min–max`` of the values, for the table."""
+def spread(values: Sequence[float], fmt: str = ",.0f") -> str:
+    """``min–max`` of the values, each formatted with ``fmt``, for the table."""
     if not values:
         return "–"
-    return f"{min(values):,.0f}–{max(values):,.0f}"
+    return f"{min(values):{fmt}}–{max(values):{fmt}}"
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -189,6 +227,79 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
             + " |"
         )
     return "\n".join(out)
+
+
+def results(
+    title: str, notes: str, columns: Sequence[str], rows: Sequence[Sequence[object]]
+) -> str:
+    """What a benchmark prints at the end: :func:`header`, the notes that say how to read
+    the figures, and the table."""
+    return "\n".join([header(title), notes, "", table(columns, rows)])
+
+
+# --- Arguments and rounds -----------------------------------------------------
+
+
+def arguments(
+    doc: str | None, *, machine: bool = True, keep: bool = True
+) -> argparse.ArgumentParser:
+    """The parser every benchmark starts from: described by the first paragraph of its
+    docstring, with the options for a shared machine (:func:`add_machine_options`) and
+    ``--keep`` (keep the temporary folder)."""
+    parser = argparse.ArgumentParser(description=(doc or "").strip().split("\n\n")[0])
+    if machine:
+        add_machine_options(parser)
+    if keep:
+        parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    return parser
+
+
+def chosen(
+    parser: argparse.ArgumentParser, text: str, known: Sequence[str], first: str | None = None
+) -> list[str]:
+    """The names of a comma-separated option, checked against ``known`` (a usage error
+    names the unknown ones); ``first`` is put in front when missing (the baseline)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        parser.error(f"unknown: {', '.join(unknown)} (choose from {', '.join(known)})")
+    if first is not None and first not in names:
+        names.insert(0, first)
+    return names
+
+
+def rotated(items: Sequence[T], rounds: int) -> Iterator[tuple[int, T]]:
+    """``(round, item)`` for every item in every round, the order rotated by one each round,
+    so that a drift of the machine hits every condition alike."""
+    for round_no in range(rounds):
+        shift = round_no % len(items) if items else 0
+        for item in [*items[shift:], *items[:shift]]:
+            yield round_no, item
+
+
+def undisturbed(
+    args: argparse.Namespace,
+    measure: Callable[[], T],
+    said: Callable[[T, bool], None] | None = None,
+) -> T:
+    """One measurement, taken again while other processes disturbed it (with ``--quiet``).
+
+    With ``--quiet``: before each try the machine must be quiet (:func:`wait_quiet`), and
+    a try during which other processes used more than ``--max-other`` cores (the
+    result's ``other_cores``) is taken again, up to ``--retries`` times; the last try
+    counts. ``said(result, again)`` reports each try. A failure propagates.
+    """
+    tries = args.retries + 1 if args.quiet else 1
+    for attempt in range(tries):
+        if args.quiet:
+            wait_quiet(args.max_other, max_wait_s=args.max_wait)
+        result = measure()
+        again = args.quiet and result.other_cores > args.max_other and attempt + 1 < tries
+        if said is not None:
+            said(result, again)
+        if not again:
+            break
+    return result
 
 
 # --- Other work on the machine ------------------------------------------------

@@ -47,14 +47,13 @@ from _common import (
     OLD_VENV,
     Disturbance,
     Priority,
-    add_machine_options,
-    command_line,
-    header,
-    init_store,
+    arguments,
+    chosen,
     median,
-    table,
-    wait_quiet,
-    workspace,
+    results,
+    scratch,
+    sqlite_store,
+    undisturbed,
 )
 
 HZ = 10.0
@@ -96,11 +95,7 @@ def metric_rows(db: Path, run_id: str) -> int:
 
 
 def new_store(folder: Path) -> tuple[str, Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    db = folder / "mlflow.db"
-    uri = f"sqlite:///{db}"
-    init_store(uri)
-    return uri, db
+    return sqlite_store(folder), folder / "mlflow.db"
 
 
 def new_run(uri: str, folder: Path):
@@ -289,7 +284,7 @@ BASELINE = "log_metrics"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments(__doc__)
     parser.add_argument("--keys", type=int, default=20, help="metric keys (default 20)")
     parser.add_argument("--samples", type=int, default=1000, help="instants at 10 Hz (1000)")
     parser.add_argument(
@@ -299,48 +294,52 @@ def main() -> int:
     parser.add_argument(
         "--methods", default=",".join(m.name for m in METHODS), help="comma-separated subset"
     )
-    add_machine_options(parser)
-    parser.add_argument("--keep", action="store_true", help="keep the temp folder")
     args = parser.parse_args()
-
-    wanted = [n.strip() for n in args.methods.split(",") if n.strip()]
+    wanted = chosen(parser, args.methods, [m.name for m in METHODS])
     methods = [m for m in METHODS if m.name in wanted]
-    priority = Priority(args.nice).__enter__()
-    root = workspace("ingest")
-    print(f"workspace: {root}; {priority.how}", file=sys.stderr)
-    for round_no in range(args.repeats):
-        for method in methods:
-            if method.error:
-                continue
-            samples = args.slow_samples if method.slow else args.samples
-            folder = root / f"{method.name}-{round_no}"
-            for _attempt in range(args.retries + 1 if args.quiet else 1):
-                if args.quiet:
-                    wait_quiet(args.max_other, max_wait_s=args.max_wait)
-                shutil.rmtree(folder, ignore_errors=True)
-                try:
-                    with Disturbance() as dist:
-                        outcome = method.run(folder, args.keys, samples)
-                except Exception as exc:  # report and go on with the other methods
-                    method.error = f"{type(exc).__name__}: {exc}"
-                    print(f"{method.name}: FAILED {method.error}", file=sys.stderr)
-                    break
-                outcome.other_cores = dist.other_cores()
-                if not args.quiet or outcome.other_cores <= args.max_other:
-                    break
-            if method.error:
-                continue
-            method.outcomes.append(outcome)
-            shutil.rmtree(folder, ignore_errors=True)
-            print(
-                f"round {round_no + 1}/{args.repeats} {method.name:20s} "
-                f"{outcome.points / outcome.seconds:10,.0f} points/s "
-                f"({outcome.points} in {outcome.seconds:.2f} s, {outcome.rows} metric rows, "
-                f"others {outcome.other_cores:.2f} cores)",
-                file=sys.stderr,
-                flush=True,
-            )
 
+    with Priority(args.nice) as priority, scratch("ingest", args.keep) as root:
+        print(f"workspace: {root}; {priority.how}", file=sys.stderr)
+        for round_no in range(args.repeats):
+            for method in methods:
+                if not method.error:
+                    measure_one(args, round_no, method, root / f"{method.name}-{round_no}")
+    print()
+    print(report(args, methods, priority.how))
+    return 0
+
+
+def measure_one(args: argparse.Namespace, round_no: int, method: Method, folder: Path) -> None:
+    """One run of ``method`` into a fresh store (again while disturbed, with --quiet)."""
+    samples = args.slow_samples if method.slow else args.samples
+
+    def run() -> Outcome:
+        shutil.rmtree(folder, ignore_errors=True)
+        with Disturbance() as dist:
+            outcome = method.run(folder, args.keys, samples)
+        outcome.other_cores = dist.other_cores()
+        return outcome
+
+    try:
+        outcome = undisturbed(args, run)
+    except Exception as exc:  # report and go on with the other methods
+        method.error = f"{type(exc).__name__}: {exc}"
+        print(f"{method.name}: FAILED {method.error}", file=sys.stderr)
+        return
+    method.outcomes.append(outcome)
+    shutil.rmtree(folder, ignore_errors=True)
+    print(
+        f"round {round_no + 1}/{args.repeats} {method.name:20s} "
+        f"{outcome.points / outcome.seconds:10,.0f} points/s "
+        f"({outcome.points} in {outcome.seconds:.2f} s, {outcome.rows} metric rows, "
+        f"others {outcome.other_cores:.2f} cores)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def report(args: argparse.Namespace, methods: list[Method], how: str) -> str:
+    """The results table and the notes above it."""
     rates = {
         m.name: median([o.points / o.seconds for o in m.outcomes]) for m in methods if m.outcomes
     }
@@ -365,35 +364,23 @@ def main() -> int:
                 f"{max(x.other_cores for x in m.outcomes):.2f}",
             ]
         )
-    print()
-    print(header("Metric ingest into SQLite", command_line()))
-    print(
+    notes = (
         f"{args.keys} keys sampled at 10 Hz; {args.samples} instants "
         f"({args.keys * args.samples:,} points) per method, {args.slow_samples} for log_metric; "
-        f"median of {args.repeats} runs, each into a fresh SQLite store; {priority.how}; "
+        f"median of {args.repeats} runs, each into a fresh SQLite store; {how}; "
         "'others' = cores used by other processes during a run (max)."
     )
-    print()
-    print(
-        table(
-            [
-                "method",
-                "points",
-                "metric rows in MLflow",
-                "seconds",
-                "points/s",
-                "vs log_metrics",
-                "vs log_metric",
-                "others (max cores)",
-            ],
-            rows,
-        )
-    )
-    if args.keep:
-        print(f"\nkept {root}", file=sys.stderr)
-    else:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0
+    columns = [
+        "method",
+        "points",
+        "metric rows in MLflow",
+        "seconds",
+        "points/s",
+        "vs log_metrics",
+        "vs log_metric",
+        "others (max cores)",
+    ]
+    return results("Metric ingest into SQLite", notes, columns, rows)
 
 
 if __name__ == "__main__":

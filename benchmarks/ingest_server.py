@@ -32,7 +32,6 @@ for the per-sample calls, how far behind schedule they fell.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -48,19 +47,17 @@ from _common import (
     REPO,
     Disturbance,
     Priority,
-    add_machine_options,
+    arguments,
     base_env,
-    command_line,
+    chosen,
     header,
     python_bin,
     table,
     wait_quiet,
     workspace,
 )
-
-sys.path.insert(0, str(REPO / "tests"))
-from mlflow_server import MlflowServer  # noqa: E402
-from postgres import PostgresServer, missing_reason  # noqa: E402
+from mlflow_server import MlflowServer
+from postgres import PostgresServer, missing_reason
 
 PLUGINS = REPO / "tests" / "plugins"
 FAKE_PYNVML = REPO / "tests" / "fakes" / "pynvml"
@@ -98,22 +95,6 @@ ended = time.time()
 result = {"due": due, "done": done, "lags": lags, "began": began, "ended": ended}
 print("RESULT", json.dumps(result))
 """
-
-
-class PgMlflowServer(MlflowServer):
-    """``mlflow server`` on the PostgreSQL server; its password through PGPASSWORD."""
-
-    def __init__(self, folder: Path, postgres: PostgresServer) -> None:
-        super().__init__(folder)
-        self.postgres = postgres
-
-    def argv(self) -> list[str]:
-        argv = super().argv()
-        argv[argv.index("--backend-store-uri") + 1] = self.postgres.uri
-        return argv
-
-    def env(self) -> dict[str, str]:
-        return {**super().env(), **self.postgres.client_env()}
 
 
 # ------------------------------------------------------------------------ measuring
@@ -343,23 +324,22 @@ def run_per_sample(args, server, postgres, keys_per_run: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments(__doc__, keep=False)
     parser.add_argument("--runs", type=int, default=8, help="collocated runs (default 8)")
     parser.add_argument("--hz", type=float, default=10.0, help="sampling rate (default 10)")
     parser.add_argument("--seconds", type=float, default=60.0, help="command length (60)")
     parser.add_argument(
         "--skip", default="", help="conditions to leave out: full-rate, per-sample (comma list)"
     )
-    add_machine_options(parser)
     args = parser.parse_args()
     reason = missing_reason()
     if reason:
         raise SystemExit(reason)
-    skip = {part.strip() for part in args.skip.split(",") if part.strip()}
-    print(header("Sustained ingest into a PostgreSQL-backed mlflow server", command_line()))
+    skip = set(chosen(parser, args.skip, ("full-rate", "per-sample")))
+    print(header("Sustained ingest into a PostgreSQL-backed mlflow server"))
     priority = Priority(args.nice).__enter__()
     postgres = PostgresServer(durable=True)
-    server = PgMlflowServer(workspace("ingest-server-store"), postgres)
+    server = MlflowServer(workspace("ingest-server-store"), database=postgres)
     results = []
     try:
         postgres.start()
@@ -385,7 +365,7 @@ def main() -> None:
             results.append(run_per_sample(args, server, postgres, keys_per_run))
             print("  per-sample: done", file=sys.stderr, flush=True)
     finally:
-        server.kill()
+        server.stop()
         postgres.cleanup()
         priority.__exit__()
     report(args, results)

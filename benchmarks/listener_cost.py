@@ -79,13 +79,11 @@ decoding of the streamed ones).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
 import multiprocessing
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,7 +109,7 @@ for _name in ("FAKE_PYNVML_MISSING", "FAKE_PYNVML_INIT_ERROR", "CUDA_VISIBLE_DEV
 os.environ["FAKE_NVIDIA_SMI_GPUS"] = "1"
 os.environ["FAKE_DCGMI_GPUS"] = "1"
 
-from _common import command_line, header, init_store, table  # noqa: E402
+from _common import arguments, header, init_store, median, table  # noqa: E402
 
 ONE_PCT_CORE = 0.01
 """CPU seconds per second that make 1 % of one core."""
@@ -126,10 +124,6 @@ OLD_QUERY = "power.draw,timestamp,utilization.gpu,utilization.memory,memory.used
 
 def cpu() -> float:
     return time.process_time()
-
-
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 def per_call(fn: Callable[[], Any], n: int, rounds: int, pause_s: float = 0.0) -> float:
@@ -518,8 +512,6 @@ def measure_http(
     CPU per sample of MLflow's monitor loop (GPU only) in this process against that server."""
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
-
-    sys.path.insert(0, str(REPO / "tests"))
     from mlflow_server import MlflowServer
 
     found: dict[int, tuple[float, float]] = {}
@@ -987,7 +979,7 @@ WHAT = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments(__doc__, machine=False)
     parser.add_argument("--rounds", type=int, default=3, help="rounds per figure (default 3)")
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
     parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end cross-check")
@@ -998,7 +990,6 @@ def main() -> int:
         action="store_true",
         help="also time log_batch through a real `mlflow server` (adds 20-60 s of start-up)",
     )
-    parser.add_argument("--keep", action="store_true", help="keep the temp folder")
     args = parser.parse_args()
 
     scale = 0.3 if args.quick else 1.0
@@ -1179,7 +1170,7 @@ def main() -> int:
         return None
 
     base = rows[0].per_sample
-    out = [header("Listener cost: CPU per sample", command_line())]
+    out = [header("Listener cost: CPU per sample")]
     out.append(
         f"- load average at start: {load:.2f} on {os.cpu_count()} cores; processes on the "
         f"machine: {sum(1 for p in os.listdir('/proc') if p.isdigit())}; rounds: {rounds}; "

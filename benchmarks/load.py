@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import command_line, header, init_store, median, table
+from _common import arguments, median, results, scratch, sqlite_store
 
 GPUS = 4
 QUANTITIES = ("power_w", "energy_j", "util_pct", "mem_used_mib", "sm_clock_mhz")
@@ -116,81 +115,79 @@ def timed(call) -> tuple[float, object]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, machine=False)
     parser.add_argument("--points", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--keep", action="store_true", help="keep the temporary store")
     parser.add_argument(
         "--workdir", type=Path, help="where the temporary store goes (default: the temp folder)"
     )
     args = parser.parse_args()
+    with scratch("load", args.keep, parent=args.workdir) as folder:
+        print(measure(args, folder))
+    return 0
+
+
+def measure(args: argparse.Namespace, folder: Path) -> str:
+    """Build the run in a store under ``folder``, time the readers; return the results."""
+    from mlflow.tracking import MlflowClient
 
     from radt.analysis.load import load as radt_load
     from radt.analysis.summary import summary
 
-    if args.workdir:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="radt-loadbench-", dir=args.workdir))
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    uri = sqlite_store(folder)
     cache = folder / "cache"
-    try:
-        init_store(uri)
-        from mlflow.tracking import MlflowClient
+    client = MlflowClient(uri)
+    experiment_id = client.create_experiment("load-benchmark")
+    print(f"building the run in {folder} …", file=sys.stderr)
+    run_id = build(client, experiment_id, folder, args.points, args.keys)
+    names = sorted(k for k in client.get_run(run_id).data.metrics if k.startswith("system/"))
 
-        client = MlflowClient(uri)
-        experiment_id = client.create_experiment("load-benchmark")
-        print(f"building the run in {folder} …", file=sys.stderr)
-        run_id = build(client, experiment_id, folder, args.points, args.keys)
-        names = sorted(k for k in client.get_run(run_id).data.metrics if k.startswith("system/"))
+    def history() -> int:
+        return sum(len(client.get_metric_history(run_id, name)) for name in names)
 
-        def history() -> int:
-            return sum(len(client.get_metric_history(run_id, name)) for name in names)
+    def load(keys=None):
+        return radt_load(runs=[run_id], keys=keys, tracking_uri=uri, cache_dir=cache)
 
-        def load(keys=None):
-            return radt_load(runs=[run_id], keys=keys, tracking_uri=uri, cache_dir=cache)
+    rows = []
+    seconds, count = timed(history)
+    baseline = seconds
+    rows.append(("`MlflowClient.get_metric_history`, every key in turn", [seconds], count))
 
-        rows = []
-        seconds, count = timed(history)
-        baseline = seconds
-        rows.append(("`MlflowClient.get_metric_history`, every key in turn", [seconds], count))
+    cold = []
+    for _ in range(args.repeats):
+        shutil.rmtree(cache, ignore_errors=True)
+        seconds, frame = timed(load)
+        cold.append(seconds)
+    assert frame.attrs["radt.source"] == {run_id: "artifact"}, frame.attrs
+    rows.append(("`radt.load` cold (download + read)", cold, len(frame)))
+    warm = [timed(load)[0] for _ in range(args.repeats)]
+    rows.append(("`radt.load` warm (cached artifact)", warm, len(frame)))
+    one = [timed(lambda: load(["nvml/gpu0/power_w"])) for _ in range(args.repeats)]
+    rows.append(("`radt.load` one key, warm", [s for s, _ in one], len(one[0][1])))
+    figures = [timed(lambda: summary(runs=[run_id], tracking_uri=uri, cache_dir=cache))]
+    figures += [timed(lambda: summary(runs=[run_id], tracking_uri=uri, cache_dir=cache))]
+    rows.append(("`radt.summary` of the run, warm", [s for s, _ in figures[1:]], 1))
+    if count != len(frame):
+        print(f"warning: {count:,} points in MLflow, {len(frame):,} loaded", file=sys.stderr)
 
-        cold = []
-        for _ in range(args.repeats):
-            shutil.rmtree(cache, ignore_errors=True)
-            seconds, frame = timed(load)
-            cold.append(seconds)
-        assert frame.attrs["radt.source"] == {run_id: "artifact"}, frame.attrs
-        rows.append(("`radt.load` cold (download + read)", cold, len(frame)))
-        warm = [timed(load)[0] for _ in range(args.repeats)]
-        rows.append(("`radt.load` warm (cached artifact)", warm, len(frame)))
-        one = [timed(lambda: load(["nvml/gpu0/power_w"])) for _ in range(args.repeats)]
-        rows.append(("`radt.load` one key, warm", [s for s, _ in one], len(one[0][1])))
-        figures = [timed(lambda: summary(runs=[run_id], tracking_uri=uri, cache_dir=cache))]
-        figures += [timed(lambda: summary(runs=[run_id], tracking_uri=uri, cache_dir=cache))]
-        rows.append(("`radt.summary` of the run, warm", [s for s, _ in figures[1:]], 1))
-        if count != len(frame):
-            print(f"warning: {count:,} points in MLflow, {len(frame):,} loaded", file=sys.stderr)
-
-        print(header("radt.load vs MLflow metric history (one run, SQLite)", command_line()))
-        print(
-            f"One run with {len(frame):,} points ({len(names)} keys × "
-            f"{len(frame) // max(len(names), 1):,} samples at {HZ} Hz), stored both as the "
-            "samples artifact and as MLflow metrics in a local SQLite store. Median of "
-            f"{args.repeats} (`get_metric_history` once).\n"
-        )
-        table_rows = []
-        for label, times, n in rows:
-            value = median(times)
-            ratio = baseline / value if value > 0 else float("nan")
-            table_rows.append([label, f"{value:.3f}", f"{n:,}", f"{ratio:,.0f}×"])
-        print(table(["method", "seconds", "rows", "faster than history"], table_rows))
-        return 0
-    finally:
-        if args.keep:
-            print(f"kept {folder}", file=sys.stderr)
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
+    table_rows = []
+    for label, times, n in rows:
+        value = median(times)
+        ratio = baseline / value if value > 0 else float("nan")
+        table_rows.append([label, f"{value:.3f}", f"{n:,}", f"{ratio:,.0f}×"])
+    notes = (
+        f"One run with {len(frame):,} points ({len(names)} keys × "
+        f"{len(frame) // max(len(names), 1):,} samples at {HZ} Hz), stored both as the "
+        "samples artifact and as MLflow metrics in a local SQLite store. Median of "
+        f"{args.repeats} (`get_metric_history` once)."
+    )
+    return results(
+        "radt.load vs MLflow metric history (one run, SQLite)",
+        notes,
+        ["method", "seconds", "rows", "faster than history"],
+        table_rows,
+    )
 
 
 if __name__ == "__main__":

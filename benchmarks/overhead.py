@@ -41,7 +41,6 @@ import argparse
 import os
 import re
 import resource
-import shutil
 import subprocess
 import sys
 import threading
@@ -52,24 +51,26 @@ from pathlib import Path
 from _common import (
     BENCH,
     CLOCK_TICKS,
+    OLD_VENV,
     REPO,
     Disturbance,
     Priority,
-    add_machine_options,
+    arguments,
     base_env,
     become_subreaper,
-    command_line,
+    chosen,
     descendants,
-    header,
     init_store,
     median,
     old_radt_bin,
     python_bin,
     radt_bin,
     reap_orphans,
-    table,
-    wait_quiet,
-    workspace,
+    results,
+    rotated,
+    scratch,
+    spread,
+    undisturbed,
 )
 
 EPOCH_LINE = re.compile(r"epoch (\d+): loss \S+, (\d+) examples/s")
@@ -273,7 +274,7 @@ def monitor_cpu(name: str, results: list[Result]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments(__doc__)
     parser.add_argument("--repeats", type=int, default=4, help="rounds (default 4)")
     parser.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5)")
     parser.add_argument("--examples", type=int, default=4096, help="examples per epoch")
@@ -288,21 +289,25 @@ def main() -> int:
         default=DEFAULT_CONDITIONS,
         help=f"comma-separated, from {', '.join(ALL_CONDITIONS)} (default: {DEFAULT_CONDITIONS})",
     )
-    parser.add_argument("--venv", default=str(BENCH / ".venv-radt0230"))
+    parser.add_argument("--venv", default=str(OLD_VENV))
     parser.add_argument("--old-listeners", default=OLD_LISTENERS)
     parser.add_argument("--timeout", type=float, default=600, help="per run, seconds")
-    add_machine_options(parser)
-    parser.add_argument("--keep", action="store_true", help="keep the temp folder")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up")
     args = parser.parse_args()
+    names = chosen(parser, args.conditions, ALL_CONDITIONS, first="plain")
 
-    names = [n.strip() for n in args.conditions.split(",") if n.strip()]
-    unknown = set(names) - set(ALL_CONDITIONS)
-    if unknown:
-        parser.error(f"unknown condition(s): {', '.join(sorted(unknown))}")
-    if "plain" not in names:
-        names.insert(0, "plain")
-    root = workspace("overhead")
+    become_subreaper()
+    with Priority(args.nice) as priority, scratch("overhead", args.keep) as root:
+        print(f"workspace: {root}; {priority.how}", file=sys.stderr)
+        conditions = measure_all(args, names, root)
+    print()
+    print(report(args, conditions, priority.how))
+    return 0
+
+
+def measure_all(args: argparse.Namespace, names: list[str], root: Path) -> dict[str, Condition]:
+    """Every condition's runs, interleaved round-robin; a condition that cannot be set up
+    here (radT 0.2.30 not installed) is left out."""
     labels = {
         "plain": "plain `python train.py`",
         "radt": f"radT, default listeners @ {args.interval:g} s",
@@ -319,10 +324,6 @@ def main() -> int:
             conditions[name] = Condition(name, labels[name])
         except (FileNotFoundError, OSError) as exc:
             print(f"skipping {name}: {exc}", file=sys.stderr)
-
-    become_subreaper()
-    priority = Priority(args.nice).__enter__()
-    print(f"workspace: {root}; {priority.how}", file=sys.stderr)
     if not args.no_warmup:
         argv, env, cwd = setups["plain"]
         warm = list(argv)
@@ -330,38 +331,40 @@ def main() -> int:
         print("warm-up run (not measured)", file=sys.stderr)
         subprocess.run(warm, cwd=cwd, env=env, capture_output=True, timeout=args.timeout)
 
-    order = list(conditions)
-    for round_no in range(args.repeats):
-        shift = round_no % len(order)
-        for name in order[shift:] + order[:shift]:
-            argv, env, cwd = setups[name]
-            for attempt in range(args.retries + 1 if args.quiet else 1):
-                if args.quiet:
-                    wait_quiet(args.max_other, max_wait_s=args.max_wait)
-                try:
-                    result, _ = run_once(argv, env, cwd, args.timeout)
-                except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    conditions[name].failures.append(str(exc))
-                    print(f"round {round_no + 1} {name}: FAILED {exc}", file=sys.stderr)
-                    result = None
-                    break
-                disturbed = args.quiet and result.other_cores > args.max_other
-                print(
-                    f"round {round_no + 1}/{args.repeats} {name:18s} "
-                    f"{result.throughput:7.0f} ex/s  epoch0 {result.warmup:5.0f}  "
-                    f"wall {result.wall_s:5.1f} s  cpu {result.cpu_s:5.1f} s  "
-                    f"training cpu {result.training_cpu_s or float('nan'):5.1f} s  "
-                    f"others {result.other_cores:4.2f} cores"
-                    + ("  (disturbed, again)" if disturbed and attempt < args.retries else ""),
-                    file=sys.stderr,
-                    flush=True,
-                )
-                if not disturbed or attempt == args.retries:
-                    break
-                conditions[name].disturbed += 1
-            if result is not None:
-                conditions[name].results.append(result)
+    for round_no, condition in rotated(list(conditions.values()), args.repeats):
+        measure_one(args, round_no, condition, setups[condition.name])
+    return conditions
 
+
+def measure_one(
+    args: argparse.Namespace, round_no: int, condition: Condition, setup: tuple
+) -> None:
+    """One run of ``condition`` (again while disturbed, with --quiet), said on stderr."""
+    argv, env, cwd = setup
+
+    def said(result: Result, again: bool) -> None:
+        print(
+            f"round {round_no + 1}/{args.repeats} {condition.name:18s} "
+            f"{result.throughput:7.0f} ex/s  epoch0 {result.warmup:5.0f}  "
+            f"wall {result.wall_s:5.1f} s  cpu {result.cpu_s:5.1f} s  "
+            f"training cpu {result.training_cpu_s or float('nan'):5.1f} s  "
+            f"others {result.other_cores:4.2f} cores" + ("  (disturbed, again)" * again),
+            file=sys.stderr,
+            flush=True,
+        )
+        condition.disturbed += again
+
+    try:
+        result = undisturbed(args, lambda: run_once(argv, env, cwd, args.timeout)[0], said)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        condition.failures.append(str(exc))
+        print(f"round {round_no + 1} {condition.name}: FAILED {exc}", file=sys.stderr)
+        return
+    condition.results.append(result)
+
+
+def report(args: argparse.Namespace, conditions: dict[str, Condition], how: str) -> str:
+    """The results table and the notes under it."""
     plain = conditions["plain"].results
     rows = []
     for cond in conditions.values():
@@ -376,7 +379,7 @@ def main() -> int:
             [
                 cond.label,
                 f"{median(thr):,.0f}",
-                f"{min(thr):,.0f}–{max(thr):,.0f}",
+                spread(thr),
                 f"{median(ratios):.3f}" if cond.name != "plain" else "1.000",
                 f"{(1 - median(ratios)) * 100:+.1f} %" if cond.name != "plain" else "–",
                 f"{median([r.wall_s for r in res]):.1f}",
@@ -385,37 +388,30 @@ def main() -> int:
                 f"{max(r.other_cores for r in res):.2f}",
             ]
         )
-    print()
-    print(header("Training overhead (examples/train.py)", command_line()))
-    print(
+    notes = (
         f"train.py {' '.join(train_args(args))}; {args.repeats} interleaved rounds; "
         f"throughput over epochs 1–{args.epochs - 1} (epoch 0 is warm-up); "
-        f"{priority.how}; 'others' = cores used by other processes on the machine "
+        f"{how}; 'others' = cores used by other processes on the machine "
         "during the run (max over the rounds)."
     )
-    print()
-    print(
-        table(
-            [
-                "condition",
-                "examples/s (median)",
-                "min–max",
-                "ratio vs plain",
-                "slowdown",
-                "wall s",
-                "CPU s (tree)",
-                "monitor CPU s (cores)",
-                "others (max cores)",
-            ],
-            rows,
-        )
-    )
+    columns = [
+        "condition",
+        "examples/s (median)",
+        "min–max",
+        "ratio vs plain",
+        "slowdown",
+        "wall s",
+        "CPU s (tree)",
+        "monitor CPU s (cores)",
+        "others (max cores)",
+    ]
+    out = [results("Training overhead (examples/train.py)", notes, columns, rows)]
     failed = {c.name: len(c.failures) for c in conditions.values() if c.failures}
     if failed:
-        print(f"\nfailed runs: {failed}")
+        out.append(f"\nfailed runs: {failed}")
     disturbed = {c.name: c.disturbed for c in conditions.values() if c.disturbed}
     if disturbed:
-        print(
+        out.append(
             f"\nruns repeated because other processes used > {args.max_other:g} cores: {disturbed}"
         )
     if args.quiet:
@@ -424,12 +420,8 @@ def main() -> int:
             for c in conditions.values()
         }
         if any(kept.values()):
-            print(f"runs kept although disturbed (retries spent): {kept}")
-    if args.keep:
-        print(f"\nkept {root}", file=sys.stderr)
-    else:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0
+            out.append(f"runs kept although disturbed (retries spent): {kept}")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

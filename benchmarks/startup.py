@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -36,22 +35,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from _common import (
+    OLD_VENV,
     Disturbance,
     Priority,
-    add_machine_options,
+    arguments,
     base_env,
     become_subreaper,
-    command_line,
-    header,
+    chosen,
     init_store,
     median,
     old_radt_bin,
     python_bin,
     radt_bin,
     reap_orphans,
-    table,
-    wait_quiet,
-    workspace,
+    results,
+    rotated,
+    scratch,
+    spread,
+    undisturbed,
 )
 
 LINE = "print('first', flush=True)"
@@ -161,69 +162,62 @@ def measure(cond: Condition, timeout_s: float) -> Timing:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments(__doc__)
     parser.add_argument("--repeats", type=int, default=5, help="rounds (default 5)")
     parser.add_argument("--conditions", default=DEFAULT, help=f"from {', '.join(ALL)}")
     parser.add_argument(
         "--references", action="store_true", help=f"also measure the floors {REFERENCES}"
     )
-    parser.add_argument("--venv", default=str(Path(__file__).parent / ".venv-radt0230"))
-    add_machine_options(parser)
+    parser.add_argument("--venv", default=str(OLD_VENV))
     parser.add_argument("--timeout", type=float, default=300)
-    parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
+    text = args.conditions + (f",{REFERENCES}" if args.references else "")
+    names = list(dict.fromkeys(chosen(parser, text, ALL, first="plain")))
 
-    names = [n.strip() for n in args.conditions.split(",") if n.strip()]
-    if args.references:
-        names += [n for n in REFERENCES.split(",") if n not in names]
-    unknown = set(names) - set(ALL)
-    if unknown:
-        parser.error(f"unknown condition(s) {', '.join(sorted(unknown))}")
-    if "plain" not in names:
-        names.insert(0, "plain")
     become_subreaper()
-    priority = Priority(args.nice).__enter__()
-    root = workspace("startup")
-    print(f"workspace: {root}; {priority.how}", file=sys.stderr)
-    conditions = []
-    for name in names:
-        try:
-            conditions.append(build(name, root, Path(args.venv)))
-        except (FileNotFoundError, OSError) as exc:
-            print(f"skipping {name}: {exc}", file=sys.stderr)
+    with Priority(args.nice) as priority, scratch("startup", args.keep) as root:
+        print(f"workspace: {root}; {priority.how}", file=sys.stderr)
+        conditions = []
+        for name in names:
+            try:
+                conditions.append(build(name, root, Path(args.venv)))
+            except (FileNotFoundError, OSError) as exc:
+                print(f"skipping {name}: {exc}", file=sys.stderr)
+        for round_no, cond in rotated(conditions, args.repeats):
+            measure_one(args, round_no, cond)
+    print()
+    print(report(args, conditions, priority.how))
+    return 0
 
-    for round_no in range(args.repeats):
-        shift = round_no % len(conditions)
-        for cond in conditions[shift:] + conditions[:shift]:
-            for _attempt in range(args.retries + 1 if args.quiet else 1):
-                if args.quiet:
-                    wait_quiet(args.max_other, max_wait_s=args.max_wait)
-                try:
-                    timing = measure(cond, args.timeout)
-                except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    cond.failures.append(str(exc))
-                    print(f"{cond.name}: FAILED {exc}", file=sys.stderr)
-                    timing = None
-                    break
-                print(
-                    f"round {round_no + 1}/{args.repeats} {cond.name:18s} first line "
-                    f"{timing.first_s:6.2f} s  total {timing.total_s:6.2f} s  "
-                    f"others {timing.other_cores:.2f} cores",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                if not args.quiet or timing.other_cores <= args.max_other:
-                    break
-            if timing is not None:
-                cond.timings.append(timing)
 
+def measure_one(args: argparse.Namespace, round_no: int, cond: Condition) -> None:
+    """One run of ``cond`` (again while disturbed, with --quiet), said on stderr."""
+
+    def said(timing: Timing, again: bool) -> None:
+        print(
+            f"round {round_no + 1}/{args.repeats} {cond.name:18s} first line "
+            f"{timing.first_s:6.2f} s  total {timing.total_s:6.2f} s  "
+            f"others {timing.other_cores:.2f} cores" + ("  (disturbed, again)" * again),
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        cond.timings.append(undisturbed(args, lambda: measure(cond, args.timeout), said))
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        cond.failures.append(str(exc))
+        print(f"{cond.name}: FAILED {exc}", file=sys.stderr)
+
+
+def report(args: argparse.Namespace, conditions: list[Condition], how: str) -> str:
+    """The results table and the notes above it."""
     plain = conditions[0]
     base_first = median([t.first_s for t in plain.timings])
     base_total = median([t.total_s for t in plain.timings])
     rows = []
     for cond in conditions:
         if not cond.timings:
-            rows.append([cond.label, "failed", "–", "–", "–", "–", "–"])
+            rows.append([cond.label, "failed", "–", "–", "–", "–", "–", "–"])
             continue
         firsts = [t.first_s for t in cond.timings]
         totals = [t.total_s for t in cond.timings]
@@ -231,7 +225,7 @@ def main() -> int:
             [
                 cond.label,
                 f"{median(firsts):.2f}",
-                f"{min(firsts):.2f}–{max(firsts):.2f}",
+                spread(firsts, ".2f"),
                 f"+{median(firsts) - base_first:.2f}" if cond is not plain else "–",
                 f"{median(totals):.2f}",
                 f"+{median(totals) - base_total:.2f}" if cond is not plain else "–",
@@ -239,34 +233,22 @@ def main() -> int:
                 f"{max(t.other_cores for t in cond.timings):.2f}",
             ]
         )
-    print()
-    print(header("Start-up latency", command_line()))
-    print(
+    notes = (
         f"Median of {args.repeats} interleaved runs; seconds. "
         "'after first line' = total − first line: the end-of-run work. "
-        f"Priority: {priority.how}; 'others' = cores used by other processes meanwhile (max)."
+        f"Priority: {how}; 'others' = cores used by other processes meanwhile (max)."
     )
-    print()
-    print(
-        table(
-            [
-                "condition",
-                "first line s",
-                "min–max",
-                "vs plain",
-                "total wall s",
-                "vs plain",
-                "after first line s",
-                "others (max cores)",
-            ],
-            rows,
-        )
-    )
-    if args.keep:
-        print(f"\nkept {root}", file=sys.stderr)
-    else:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0
+    columns = [
+        "condition",
+        "first line s",
+        "min–max",
+        "vs plain",
+        "total wall s",
+        "vs plain",
+        "after first line s",
+        "others (max cores)",
+    ]
+    return results("Start-up latency", notes, columns, rows)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ decimated MLflow stream (one point a second) and the summary metrics. Conditions
 Measured in the page: from navigation start to the first ``plotly_afterplot``
 of a figure that holds data (``performance.now()``), and the bytes of the
 response that carried the figure (the callback's for radT's UI, ``_dash-layout``
-for the plain pages). Chromium is Debian's ``/usr/bin/chromium`` with the flags
-of the browser tests; WebGL runs on SwiftShader (no GPU here). radT's UI loads
+for the plain pages). Chromium is Debian's ``/usr/bin/chromium`` started as the
+browser tests start it (tests/chromium.py: same flags); WebGL runs on SwiftShader
+(no GPU here). radT's UI loads
 plotly.js's basic bundle (1.2 MB, ``frontend/assets``); the plain pages load
 the full one that Dash ships (4.8 MB), as any Dash app does.
 """
@@ -32,39 +33,25 @@ import contextlib
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+from _common import (
     Priority,
-    add_machine_options,
+    arguments,
     base_env,
-    command_line,
-    header,
-    init_store,
     median,
-    table,
+    results,
+    scratch,
+    spread,
+    sqlite_store,
     wait_quiet,
 )
+from chromium import CHROMIUM, INSTALL, launch
+from servers import HttpServer, free_port
 
 KEY = "nvml/gpu0/power_w"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 HOOK = """
 window.__bench = {drawn: null};
 (function poll() {
@@ -152,48 +139,10 @@ def serve_full(mode: str, port: int, run_id: str) -> None:
     app.run(host="127.0.0.1", port=port, debug=False)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen:
-    with log.open("w") as out:
-        return subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-
-
-def wait_answer(url: str, proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.25)
-    raise SystemExit(f"server did not answer in {timeout:.0f} s:\n{log.read_text()}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
-
-
-def ui_argv(port: int) -> list[str]:
-    """``radt ui`` once the CLI dispatches it, else the same function called directly."""
-    from radt import cli
-
-    if "radt.frontend.serve" in Path(cli.__file__).read_text():
-        return [sys.executable, "-m", "radt", "ui", "--port", str(port)]
-    code = "import sys; from radt.frontend.serve import run_ui; sys.exit(run_ui(sys.argv[1:]))"
-    return [sys.executable, "-c", code, "--port", str(port)]
+def server(argv: list[str], port: int, ready_path: str, env: dict, folder: Path) -> HttpServer:
+    """A page server on ``port`` with its log in ``folder``, ready when ``ready_path`` answers."""
+    log = folder / f"server-{port}.log"
+    return HttpServer(argv, folder=folder, log_path=log, port=port, env=env, ready_path=ready_path)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -242,7 +191,7 @@ def selection_script(run_id: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__)
     parser.add_argument("--rounds", type=int, default=5, help="loads per condition (default 5)")
     parser.add_argument("--samples", type=int, default=1_000_000)
     parser.add_argument("--timeout", type=float, default=180, help="seconds per page load")
@@ -251,19 +200,46 @@ def main() -> int:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--run-id", help=argparse.SUPPRESS)
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-    add_machine_options(parser)
     args = parser.parse_args()
     if args.serve_full:
         serve_full(args.serve_full, args.port, args.run_id)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # servers stop in `finally`
-    if not Path(CHROMIUM).exists():
-        raise SystemExit(f"{CHROMIUM} is missing: apt-get install chromium")
+    if not CHROMIUM.exists():
+        raise SystemExit(f"{CHROMIUM} is missing: {INSTALL}")
+    with scratch("uiload", args.keep) as folder:
+        found, chromium, how, loads = measure(args, folder)
+    base = median(found["radt ui"][0])
+    rows = []
+    for name, (times, sizes) in found.items():
+        rows.append(
+            [
+                name,
+                f"{median(times):.2f}",
+                spread(times, ".2f"),
+                f"{median(sizes) / 1e6:.3f}",
+                f"{median(times) / base:.1f}×",
+            ]
+        )
+    notes = f"- UI: {ui_versions()}, Chromium {chromium}"
+    columns = ["condition", "seconds (median)", "min–max", "figure MB", "vs radt ui"]
+    print()
+    print(results("Time-series page load, 1M samples (headless Chromium)", notes, columns, rows))
+    print(
+        f"\n{args.rounds} loads per condition ({how}); load average "
+        f"{loads[0]:.1f} before, {loads[1]:.1f} after (2 cores shared with others)"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(found, indent=2))
+    return 0
+
+
+def measure(args: argparse.Namespace, folder: Path):
+    """Every condition's page loads: (seconds, bytes) by condition, Chromium's version, the
+    priority the loads ran at, the load average before and after."""
     from playwright.sync_api import sync_playwright
 
-    folder = Path(tempfile.mkdtemp(prefix="radt-uiload-"))
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
-    init_store(uri)
+    uri = sqlite_store(folder)
     env = base_env(folder, uri)
     os.environ.update(MLFLOW_TRACKING_URI=uri, RADT_HOME=env["RADT_HOME"])
     began = time.perf_counter()
@@ -273,69 +249,42 @@ def main() -> int:
     conditions = [("radt ui", None), ("all points, SVG", "svg")]
     if not args.skip_webgl:
         conditions.append(("all points, WebGL", "webgl"))
-    results: dict[str, tuple[list[float], list[int]]] = {}
+    found: dict[str, tuple[list[float], list[int]]] = {}
     load_before = os.getloadavg()
     with Priority(args.nice) as priority, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         for name, mode in conditions:
             port = free_port()
-            log = folder / f"server-{port}.log"
             if mode is None:
-                argv = ui_argv(port)
-                url, init, pattern = f"http://127.0.0.1:{port}/timeseries", select, "_dash-update"
+                argv = [sys.executable, "-m", "radt", "ui", "--port", str(port)]
+                path, init, pattern = "/timeseries", select, "_dash-update"
             else:
                 argv = [sys.executable, __file__, "--serve-full", mode, "--port", str(port)]
                 argv += ["--run-id", run_id]
-                url, init, pattern = f"http://127.0.0.1:{port}/", "", "_dash-layout"
-            proc = start(argv, env, folder, log)
+                path, init, pattern = "/", "", "_dash-layout"
+            page_server = server(argv, port, path, env, folder)
             try:
-                wait_answer(url, proc, log)
-                rounds = args.rounds
+                page_server.start(timeout_s=300)
+            except RuntimeError as exc:
+                raise SystemExit(str(exc)) from None
+            url = page_server.url + path
+            try:
                 if mode is None:  # the first load after the start pays for the artifact
                     seconds, size = load_page(browser, url, init, pattern, args)
-                    results["radt ui (first load)"] = ([seconds], [size])
+                    found["radt ui (first load)"] = ([seconds], [size])
                     print(f"radt ui (first load): {seconds:.2f} s, {size:,} bytes", flush=True)
                 times, sizes = [], []
-                for _ in range(rounds):
+                for _ in range(args.rounds):
                     seconds, size = load_page(browser, url, init, pattern, args)
                     times.append(seconds)
                     sizes.append(size)
                     print(f"{name}: {seconds:.2f} s, {size:,} bytes", flush=True)
-                results[name] = (times, sizes)
+                found[name] = (times, sizes)
             finally:
-                stop(proc)
+                page_server.stop()
         chromium = browser.version
         browser.close()
-
-    load_after = os.getloadavg()
-    base = median(results["radt ui"][0])
-    rows = []
-    for name, (times, sizes) in results.items():
-        rows.append(
-            [
-                name,
-                f"{median(times):.2f}",
-                f"{min(times):.2f}–{max(times):.2f}",
-                f"{median(sizes) / 1e6:.3f}",
-                f"{median(times) / base:.1f}×",
-            ]
-        )
-    print()
-    print(header("Time-series page load, 1M samples (headless Chromium)", command_line()))
-    print(f"- UI: {ui_versions()}, Chromium {chromium}\n")
-    print(
-        table(
-            ["condition", "seconds (median)", "min–max", "figure MB", "vs radt ui"],
-            rows,
-        )
-    )
-    print(
-        f"\n{args.rounds} loads per condition ({priority.how}); load average "
-        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after (2 cores shared with others)"
-    )
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-    return 0
+    return found, chromium, priority.how, (load_before[0], os.getloadavg()[0])
 
 
 if __name__ == "__main__":

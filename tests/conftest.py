@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,29 +96,41 @@ class Workspace:
         return runs[0]
 
 
-@pytest.fixture
-def workspace(tmp_path, template_db) -> Workspace:
-    """A fresh store and radT home; the test plugin listeners are installed."""
-    root = tmp_path / "ws"
-    root.mkdir()
+def new_workspace(
+    base: Path,
+    template_db: Path,
+    drop: tuple[str, ...] = ("MLFLOW_", "RADT_"),
+    plugins: bool = True,
+) -> Workspace:
+    """A folder ``base/ws`` with a copy of the empty store (its default experiment's
+    artifacts beside it) and a radT home ``base/radt-home``; the outside's variables that
+    start with ``drop`` are left out, and the test plugin listeners are installed unless
+    ``plugins`` is false (they include listeners that are on by default)."""
+    root = base / "ws"
+    root.mkdir(parents=True)
     shutil.copy(template_db, root / "mlflow.db")
     with sqlite3.connect(root / "mlflow.db") as db:  # the template's artifacts pointed elsewhere
         db.execute(
             "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
             (str(root / "mlruns" / "0"),),
         )
-    env = dict(os.environ)
-    for name in list(env):
-        if name.startswith(("MLFLOW_", "RADT_")):
-            del env[name]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    if plugins:
+        path = os.pathsep.join([str(PLUGINS), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = path.rstrip(os.pathsep)
     env.update(
         MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}",
-        RADT_HOME=str(tmp_path / "radt-home"),
-        PYTHONPATH=os.pathsep.join([str(PLUGINS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        RADT_HOME=str(base / "radt-home"),
         MLFLOW_DISABLE_TELEMETRY="true",
         PYTHONUNBUFFERED="1",
     )
     return Workspace(root, env)
+
+
+@pytest.fixture
+def workspace(tmp_path, template_db) -> Workspace:
+    """A fresh store and radT home; the test plugin listeners are installed."""
+    return new_workspace(tmp_path, template_db)
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05):
@@ -148,3 +161,90 @@ def kill_quietly(pid: int) -> None:
     """SIGKILL a process that a failed test may have left behind."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- listeners
+
+
+class Recorded:
+    """A RunContext whose samples, warnings, attached files and tags are kept for the test.
+
+    Its ``emit`` is thread-safe, as the recorder's is: a streamed listener emits from
+    its reader thread while the test reads.
+    """
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        options: dict[str, str] | None = None,
+        *,
+        interval_s: float | None = 0.1,
+        devices=(),
+    ) -> None:
+        from radt.listener import RunContext
+
+        self.samples: list = []
+        self.warnings: list[str] = []
+        self.attached: list[tuple[str, str]] = []
+        self.tags: dict[str, str] = {}
+        self._lock = threading.Lock()
+        workdir = tmp_path / "listeners"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.context = RunContext(
+            run_id="run",
+            pid=os.getpid(),
+            workdir=workdir,
+            emit=self._emit,
+            interval_s=interval_s,
+            devices=tuple(devices),
+            warn=self.warnings.append,
+            attach=lambda path, folder: self.attached.append((Path(path).name, folder)),
+            set_tag=self.tags.__setitem__,
+            options=dict(options or {}),
+        )
+
+    def _emit(self, samples) -> None:
+        with self._lock:
+            self.samples.extend(samples)
+
+    @property
+    def values(self) -> dict[str, float]:
+        """The last value of each key."""
+        with self._lock:
+            return {s.key: s.value for s in self.samples}
+
+    def series(self, key: str) -> list[float]:
+        """The values of ``key`` in time order."""
+        with self._lock:
+            return [s.value for s in sorted(self.samples) if s.key == key]
+
+    def key_set(self) -> set[str]:
+        with self._lock:
+            return {s.key for s in self.samples}
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No FAKE_* settings and no CUDA_VISIBLE_DEVICES leak in from the outside."""
+    for name in list(os.environ):
+        if name.startswith("FAKE_") or name == "CUDA_VISIBLE_DEVICES":
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+@pytest.fixture
+def fakes_on_path(clean_env):
+    """The fake NVIDIA tools of tests/fakes first on PATH, no FAKE_* settings."""
+    clean_env.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
+    return clean_env
+
+
+def path_without_nvidia_tools() -> str:
+    """PATH without any folder that holds nvidia-smi or dcgmi (real or fake)."""
+    return os.pathsep.join(
+        folder
+        for folder in os.environ["PATH"].split(os.pathsep)
+        if folder
+        and not (Path(folder) / "nvidia-smi").exists()
+        and not (Path(folder) / "dcgmi").exists()
+    )

@@ -1,27 +1,28 @@
 """A real PostgreSQL server for tests: a fresh cluster in a temp folder, on loopback only.
 
-``initdb`` makes the cluster, ``pg_ctl`` starts it with its socket in the same
-folder and TCP on ``127.0.0.1:<free port>``, and a database is created for the
-caller. PostgreSQL refuses to run as root: when the tests run as root, the
-server's commands run as the ``postgres`` system user (made by Debian's
-``postgresql`` package; ``nobody`` otherwise) and the folder is given to that
-user. The folder lies directly under the system temp folder, so that user can
-reach it whatever the caller's own temp folders allow.
+``initdb`` makes the cluster; the ``postgres`` server runs as a
+:class:`servers.ServerProcess` (a session of its own, its log in the folder),
+with its socket in the same folder and TCP on ``127.0.0.1:<free port>``, and a
+database is created for the caller. It is ready when its ``postmaster.pid``
+says so, as ``pg_ctl -w`` checks. PostgreSQL refuses to run as root: when the
+tests run as root, the server's commands run as the ``postgres`` system user
+(made by Debian's ``postgresql`` package; ``nobody`` otherwise) and the folder
+is given to that user. The folder lies directly under the system temp folder,
+so that user can reach it whatever the caller's own temp folders allow.
 
 Usage::
 
     with PostgresServer() as pg:
         pg.uri  # postgresql+psycopg2://radt@127.0.0.1:PORT/mlflow (password: pg.password)
-        pg.restart()  # pg_ctl restart -m fast
-        pg.kill()  # SIGKILL the postmaster (a crash); pg.start() brings it back
+        pg.restart()  # a fast shutdown (SIGINT, as pg_ctl restart -m fast), then a start
+        pg.kill()  # SIGKILL the server's whole group (a crash); pg.start() brings it back
 
-The server is always stopped, and the folder removed, by ``stop()``/``cleanup()``
-(also on interpreter exit for a run that never reached its teardown).
+The server is always stopped, and the folder removed, by ``cleanup()`` (also on
+interpreter exit for a run that never reached its teardown).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import glob
 import os
@@ -30,22 +31,16 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
+
+from servers import ServerProcess, end_at_exit
 
 SUPERUSER = "radt"
 DATABASE = "mlflow"
-_LIVE: set[PostgresServer] = set()
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    for server in list(_LIVE):
-        with contextlib.suppress(Exception):
-            server.cleanup()
+# The shutdown modes of ``pg_ctl stop -m``: the signal each sends to the postmaster.
+SHUTDOWN_SIGNALS = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}
 
 
 def _version_key(path: str) -> tuple[int, ...]:
@@ -54,18 +49,18 @@ def _version_key(path: str) -> tuple[int, ...]:
 
 
 def find_bin_dir() -> Path | None:
-    """The folder of ``initdb`` and ``pg_ctl``: ``$PG_BIN``, the newest
-    ``/usr/lib/postgresql/*/bin`` (Debian/Ubuntu), else beside ``pg_ctl`` on PATH."""
+    """The folder of ``initdb`` and ``postgres``: ``$PG_BIN``, the newest
+    ``/usr/lib/postgresql/*/bin`` (Debian/Ubuntu), else beside ``initdb`` on PATH."""
     candidates = []
     if os.environ.get("PG_BIN"):
         candidates.append(os.environ["PG_BIN"])
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)
-    on_path = shutil.which("pg_ctl")
+    on_path = shutil.which("initdb")
     if on_path:
         candidates.append(str(Path(on_path).resolve().parent))
     for folder in candidates:
         path = Path(folder)
-        if all((path / tool).is_file() for tool in ("initdb", "pg_ctl", "postgres")):
+        if all((path / tool).is_file() for tool in ("initdb", "postgres")):
             return path
     return None
 
@@ -74,7 +69,7 @@ def missing_reason() -> str | None:
     """Why a PostgreSQL server cannot be started here, or None when it can."""
     if find_bin_dir() is None:
         return (
-            "PostgreSQL server binaries not found (no initdb/pg_ctl under "
+            "PostgreSQL server binaries not found (no initdb/postgres under "
             "/usr/lib/postgresql/*/bin or on PATH; `apt-get install postgresql`)"
         )
     try:
@@ -82,13 +77,6 @@ def missing_reason() -> str | None:
     except ImportError:
         return "psycopg2 is not installed (`pip install psycopg2-binary`)"
     return None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _server_account() -> pwd.struct_passwd | None:
@@ -101,13 +89,15 @@ def _server_account() -> pwd.struct_passwd | None:
     raise RuntimeError("running as root and neither a 'postgres' nor a 'nobody' user exists")
 
 
-class PostgresServer:
+class PostgresServer(ServerProcess):
     """One PostgreSQL cluster under a temp folder, serving ``127.0.0.1:port``.
 
     ``durable=False`` (the default for tests) turns off fsync and synchronous
     commit: a clean or fast shutdown still loses nothing, only an OS crash
     would. Benchmarks pass ``durable=True`` for a server as deployed.
     """
+
+    name = "postgres server"
 
     def __init__(
         self,
@@ -121,21 +111,19 @@ class PostgresServer:
         bin_dir = find_bin_dir()
         if bin_dir is None:
             raise RuntimeError(missing_reason() or "PostgreSQL not found")
+        folder = Path(tempfile.mkdtemp(prefix="radt-pg-", dir=base))
+        super().__init__(folder, folder / "postgres.log", port)
         self.bin = bin_dir
         self.account = _server_account()
-        self.folder = Path(tempfile.mkdtemp(prefix="radt-pg-", dir=base))
         self.data = self.folder / "data"
-        self.log_path = self.folder / "postgres.log"
-        self.port = port or free_port()
         self.database = database
         self.user = user
         self.password = password or secrets.token_urlsafe(12)
         self.durable = durable
-        self.starts = 0
         self._initialised = False
         if self.account is not None:
             os.chown(self.folder, self.account.pw_uid, self.account.pw_gid)
-        _LIVE.add(self)
+        end_at_exit(self)  # the folder goes at exit even if the server never starts
 
     # ------------------------------------------------------------------ addresses
 
@@ -155,9 +143,9 @@ class PostgresServer:
         """Variables that let libpq clients (psycopg2, psql) log in: ``PGPASSWORD``."""
         return {"PGPASSWORD": self.password}
 
-    # ------------------------------------------------------------------ commands
+    # ------------------------------------------------------------------ the server process
 
-    def _env(self) -> dict[str, str]:
+    def env(self) -> dict[str, str]:
         env = {
             "PATH": f"{self.bin}{os.pathsep}/usr/bin:/bin",
             "LC_ALL": "C",
@@ -170,20 +158,55 @@ class PostgresServer:
             env["HOME"] = os.environ.get("HOME", str(self.folder))
         return env
 
+    def popen_options(self) -> dict:
+        """Run as the server's account when we are root."""
+        if self.account is None:
+            return {}
+        return {"user": self.account.pw_uid, "group": self.account.pw_gid, "extra_groups": []}
+
+    def argv(self) -> list[str]:
+        argv = [
+            str(self.bin / "postgres"),
+            "-D",
+            str(self.data),
+            "-k",
+            str(self.folder),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-c",
+            "max_connections=100",
+        ]
+        if not self.durable:
+            argv += ["-c", "fsync=off", "-c", "synchronous_commit=off"]
+            argv += ["-c", "full_page_writes=off"]
+        return argv
+
+    def ready(self) -> bool:
+        """``postmaster.pid`` names our process and says ``ready`` (what ``pg_ctl -w`` reads)."""
+        try:
+            lines = (self.data / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return False
+        return (
+            self.process is not None
+            and len(lines) >= 8
+            and lines[0].strip() == str(self.process.pid)
+            and lines[7].strip() == "ready"
+        )
+
     def _run(self, argv: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess:
-        """Run a server command (initdb, pg_ctl) as the server's account."""
-        extra = {}
-        if self.account is not None:
-            extra = {"user": self.account.pw_uid, "group": self.account.pw_gid, "extra_groups": []}
+        """Run a server tool (initdb) as the server's account."""
         done = subprocess.run(
             [str(self.bin / argv[0]), *argv[1:]],
             cwd=self.folder,
-            env=self._env(),
+            env=self.env(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=timeout,
-            **extra,
+            **self.popen_options(),
         )
         if done.returncode != 0:
             raise RuntimeError(
@@ -219,112 +242,37 @@ class PostgresServer:
             pwfile.unlink(missing_ok=True)
         self._initialised = True
 
-    def _options(self) -> str:
-        options = [
-            f"-k {self.folder}",
-            "-h 127.0.0.1",
-            f"-p {self.port}",
-            "-c max_connections=100",
-        ]
-        if not self.durable:
-            options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
-        return " ".join(options)
-
     # ------------------------------------------------------------------ lifecycle
 
     @property
     def pid(self) -> int | None:
-        """The postmaster's pid, from ``postmaster.pid`` (None when not running)."""
-        try:
-            return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
-        except (OSError, ValueError):
-            return None
-
-    @property
-    def running(self) -> bool:
-        pid = self.pid
-        if pid is None:
-            return False
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return False
-        return state != "Z"  # a postmaster nobody reaped yet is gone all the same
+        """The postmaster's pid (None when not running)."""
+        return self.process.pid if self.running else None
 
     def start(self, timeout_s: float = 60.0) -> PostgresServer:
         """initdb (the first time), start the server, create the database (the first time)."""
         first = not self._initialised
         if first:
             self._initdb()
-        self.starts += 1
-        self._run(
-            [
-                "pg_ctl",
-                "-D",
-                str(self.data),
-                "-l",
-                str(self.log_path),
-                "-o",
-                self._options(),
-                "-w",
-                "-t",
-                str(int(timeout_s)),
-                "start",
-            ],
-            timeout=timeout_s + 30,
-        )
+        super().start(timeout_s)
         if first:
             self.sql(f'CREATE DATABASE "{self.database}"', database="postgres")
         return self
 
     def stop(self, mode: str = "fast", timeout_s: float = 60.0) -> None:
-        """``pg_ctl stop -m <mode>`` (smart, fast or immediate); no-op when not running."""
-        if not self.running:
-            return
-        self._run(
-            ["pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", str(int(timeout_s)), "stop"],
-            timeout=timeout_s + 30,
-        )
+        """Shut down as ``pg_ctl stop -m <mode>`` (smart, fast or immediate) does: the mode's
+        signal to the postmaster; KILL after ``timeout_s``. A no-op when not running."""
+        self.end(SHUTDOWN_SIGNALS[mode], timeout_s, whole_group=False)
 
     def restart(self, mode: str = "fast", timeout_s: float = 60.0) -> PostgresServer:
-        """``pg_ctl restart -m <mode>``: same port, same data, connections dropped."""
-        self.starts += 1
-        self._run(
-            [
-                "pg_ctl",
-                "-D",
-                str(self.data),
-                "-l",
-                str(self.log_path),
-                "-m",
-                mode,
-                "-o",
-                self._options(),
-                "-w",
-                "-t",
-                str(int(timeout_s)),
-                "restart",
-            ],
-            timeout=timeout_s + 30,
-        )
-        return self
+        """Stop (``mode``) and start again: same port, same data, connections dropped."""
+        self.stop(mode, timeout_s)
+        return self.start(timeout_s)
 
     def kill(self, timeout_s: float = 30.0) -> None:
-        """SIGKILL the postmaster (a crash) and wait until its port is free."""
-        pid = self.pid
-        if pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + timeout_s
-        while self.running or _port_open(self.port):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"postgres {pid} still alive or port {self.port} still open")
-            time.sleep(0.05)
-        # The backends notice the dead postmaster and exit on their own; the next
-        # start reuses the data folder after crash recovery.
-        # A killed postmaster may linger as a zombie nobody reaps, which makes the
-        # next postmaster believe its lock files are still held: remove them.
+        """SIGKILL the postmaster and its backends (a crash); the next start recovers."""
+        super().kill(timeout_s)
+        # The next postmaster must not take a lock file of the dead one for a live one's.
         (self.data / "postmaster.pid").unlink(missing_ok=True)
         for stale in (f".s.PGSQL.{self.port}.lock", f".s.PGSQL.{self.port}"):
             (self.folder / stale).unlink(missing_ok=True)
@@ -332,20 +280,12 @@ class PostgresServer:
     def cleanup(self) -> None:
         """Stop the server whatever its state and remove its folder."""
         try:
-            if self.running:
-                try:
-                    self.stop("immediate", timeout_s=30)
-                except Exception:
-                    self.kill()
+            self.stop("immediate", timeout_s=30)
         finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            _LIVE.discard(self)
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.cleanup()
+            try:
+                super().cleanup()
+            finally:
+                shutil.rmtree(self.folder, ignore_errors=True)
 
     # ------------------------------------------------------------------ queries
 
@@ -373,19 +313,3 @@ class PostgresServer:
                 return cursor.fetchall() if cursor.description else []
         finally:
             connection.close()
-
-    def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return "(no postgres log)"
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        try:
-            s.connect(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True

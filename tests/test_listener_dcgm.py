@@ -7,12 +7,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import FAKES, FIXTURES, pid_alive, wait_for
+from conftest import FIXTURES, Recorded, path_without_nvidia_tools, pid_alive, wait_for
 from radt.listeners.dcgm import (
     ALL_FIELDS,
     HOSTENGINE_DOWN,
@@ -21,7 +20,7 @@ from radt.listeners.dcgm import (
     parse_discovery,
 )
 
-from radt.listener import RunContext, Sample
+from radt.listener import Sample
 
 PROF = (FIXTURES / "dcgmi_dmon_prof.txt").read_text().splitlines()
 PROF_MIG = (FIXTURES / "dcgmi_dmon_prof_mig.txt").read_text().splitlines()
@@ -42,63 +41,6 @@ QUANTITY = {
     "TENSO": "tensor_active_ratio",
     "DRAMA": "dram_active_ratio",
 }
-
-
-class Collected:
-    """A RunContext whose samples, warnings and tags are kept for the test."""
-
-    def __init__(self, tmp_path: Path, interval_s: float = 0.1, devices=()) -> None:
-        self.samples: list[Sample] = []
-        self.warnings: list[str] = []
-        self.tags: dict[str, str] = {}
-        self._lock = threading.Lock()
-        self.context = RunContext(
-            run_id="run",
-            pid=os.getpid(),
-            workdir=tmp_path,
-            emit=self._emit,
-            interval_s=interval_s,
-            devices=tuple(devices),
-            warn=self.warnings.append,
-            set_tag=self.tags.__setitem__,
-        )
-
-    def _emit(self, samples) -> None:
-        with self._lock:
-            self.samples.extend(samples)
-
-    def series(self, key: str) -> list[float]:
-        with self._lock:
-            return [s.value for s in sorted(self.samples) if s.key == key]
-
-    def key_set(self) -> set[str]:
-        with self._lock:
-            return {s.key for s in self.samples}
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    """No FAKE_* settings and no CUDA_VISIBLE_DEVICES leak in from the outside."""
-    for name in list(os.environ):
-        if name.startswith("FAKE_") or name == "CUDA_VISIBLE_DEVICES":
-            monkeypatch.delenv(name)
-    return monkeypatch
-
-
-@pytest.fixture
-def fakes_on_path(clean_env):
-    clean_env.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
-    return clean_env
-
-
-def path_without_nvidia_tools() -> str:
-    return os.pathsep.join(
-        folder
-        for folder in os.environ["PATH"].split(os.pathsep)
-        if folder
-        and not (Path(folder) / "nvidia-smi").exists()
-        and not (Path(folder) / "dcgmi").exists()
-    )
 
 
 def scripted_dcgmi(folder: Path, body: str) -> str:
@@ -292,7 +234,7 @@ def test_available_says_when_the_host_engine_is_not_running(clean_env, tmp_path)
     assert DcgmListener().available() == HOSTENGINE_DOWN
     listener = DcgmListener()
     with pytest.raises(RuntimeError, match=HOSTENGINE_DOWN):
-        listener.start(Collected(tmp_path).context)
+        listener.start(Recorded(tmp_path).context)
     listener.stop()
 
 
@@ -300,7 +242,7 @@ def test_streams_the_fakes_values_and_reaps_it_on_stop(fakes_on_path, tmp_path):
     fakes_on_path.setenv("FAKE_NVIDIA_SMI_GPUS", "2")
     log = tmp_path / "dcgmi.jsonl"
     fakes_on_path.setenv("FAKE_DCGMI_LOG", str(log))
-    collected = Collected(tmp_path, interval_s=0.1, devices=["1"])
+    collected = Recorded(tmp_path, interval_s=0.1, devices=["1"])
     listener = DcgmListener()
     listener.start(collected.context)
     try:
@@ -340,7 +282,7 @@ def test_mig_instances_of_the_runs_gpu_are_watched_under_their_slice(fakes_on_pa
     subprocess.run(["nvidia-smi", "mig", "-i", "0", "-cgi", "9,14", "-C"], check=True)
     listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True)
     mig_uuid = next(w for w in listed.stdout.split() if w.startswith("MIG-")).rstrip(")")
-    collected = Collected(tmp_path, devices=[mig_uuid])
+    collected = Recorded(tmp_path, devices=[mig_uuid])
     listener = DcgmListener()
     listener.start(collected.context)
     try:
@@ -356,7 +298,7 @@ def test_mig_instances_of_the_runs_gpu_are_watched_under_their_slice(fakes_on_pa
 
 def test_profiling_busy_falls_back_to_power_and_energy_with_one_warning(fakes_on_path, tmp_path):
     fakes_on_path.setenv("FAKE_DCGMI_PROF_BUSY", "1")
-    collected = Collected(tmp_path)
+    collected = Recorded(tmp_path)
     listener = DcgmListener()
     listener.start(collected.context)
     try:
@@ -393,7 +335,7 @@ def main(args):
 
 def test_a_tool_dying_mid_run_gives_exactly_one_warning(clean_env, tmp_path):
     clean_env.setenv("PATH", scripted_dcgmi(tmp_path / "bin", DYING))
-    collected = Collected(tmp_path)
+    collected = Recorded(tmp_path)
     listener = DcgmListener()
     listener.start(collected.context)
     wait_for(lambda: collected.warnings, timeout=30)
@@ -416,7 +358,7 @@ def main(args):
 
 def test_stop_during_the_field_check_ends_it_at_once(clean_env, tmp_path):
     clean_env.setenv("PATH", scripted_dcgmi(tmp_path / "bin", SLOW_CHECK))
-    collected = Collected(tmp_path)
+    collected = Recorded(tmp_path)
     listener = DcgmListener()
     listener.start(collected.context)
     wait_for(lambda: listener._probe is not None, timeout=30)
@@ -431,13 +373,13 @@ def test_stop_during_the_field_check_ends_it_at_once(clean_env, tmp_path):
 
 def test_interval_default_and_floor(tmp_path):
     listener = DcgmListener()
-    assert listener.interval(Collected(tmp_path, interval_s=None).context) == 0.5
-    assert listener.interval(Collected(tmp_path, interval_s=0.01).context) == 0.1
+    assert listener.interval(Recorded(tmp_path, interval_s=None).context) == 0.5
+    assert listener.interval(Recorded(tmp_path, interval_s=0.01).context) == 0.1
 
 
 def test_an_unknown_device_refuses_to_start(fakes_on_path, tmp_path):
     listener = DcgmListener()
     with pytest.raises(ValueError, match="dcgm watches nothing"):
-        listener.start(Collected(tmp_path, devices=["5"]).context)
+        listener.start(Recorded(tmp_path, devices=["5"]).context)
     listener.stop()
     assert listener.process is None

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAKES, FIXTURES
+from conftest import FAKES, FIXTURES, Recorded
 from radt.listeners.ncu import KERNEL_COLUMNS, NcuListener, parse_details
 
 from radt.launch.registry import discover
-from radt.listener import RunContext
 
 FIXTURE = FIXTURES / "ncu_details.csv"
 KERNEL = FIXTURE.read_text().splitlines()[1].split('","')[4]
@@ -29,39 +28,6 @@ import time
 print("workload says hello", flush=True)
 time.sleep(0.2)
 """
-
-
-class Recorded:
-    """A RunContext whose emit/warn/attach/set_tag are recorded."""
-
-    def __init__(self, tmp_path: Path, options: dict[str, str] | None = None) -> None:
-        self.samples: list = []
-        self.warnings: list[str] = []
-        self.attached: list[tuple[str, str]] = []
-        self.tags: dict[str, str] = {}
-        workdir = tmp_path / "listeners"
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.context = RunContext(
-            run_id="r",
-            pid=0,
-            workdir=workdir,
-            emit=self.samples.extend,
-            warn=self.warnings.append,
-            attach=lambda path, folder: self.attached.append((Path(path).name, folder)),
-            set_tag=self.tags.__setitem__,
-            options=dict(options or {}),
-        )
-
-    @property
-    def values(self) -> dict[str, float]:
-        return {s.key: s.value for s in self.samples}
-
-
-@pytest.fixture
-def fakes_on_path(monkeypatch):
-    monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
-    for name in ("PERM", "CSV", "IMPORT_FAIL"):
-        monkeypatch.delenv(f"FAKE_NCU_{name}", raising=False)
 
 
 def profiled(tmp_path: Path, options: dict[str, str] | None = None) -> tuple[NcuListener, Recorded]:

@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAKES, FIXTURES
+from conftest import FAKES, FIXTURES, Recorded
 from radt.listeners._reports import run_tool
 from radt.listeners.nsys import NsysListener, parse_kernel_summary
 
 from radt.launch.registry import discover
-from radt.listener import RunContext
 
 FIXTURE = FIXTURES / "nsys_stats_cuda_gpu_kern_sum.csv"
 # Sums over the 36 rows of the fixture (checked independently below with the csv module).
@@ -40,39 +39,6 @@ print("workload says hello", flush=True)
 time.sleep(0.2)
 sys.exit(0)
 """
-
-
-class Recorded:
-    """A RunContext whose emit/warn/attach/set_tag are recorded."""
-
-    def __init__(self, tmp_path: Path, options: dict[str, str] | None = None) -> None:
-        self.samples: list = []
-        self.warnings: list[str] = []
-        self.attached: list[tuple[str, str]] = []
-        self.tags: dict[str, str] = {}
-        workdir = tmp_path / "listeners"
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.context = RunContext(
-            run_id="r",
-            pid=0,
-            workdir=workdir,
-            emit=self.samples.extend,
-            warn=self.warnings.append,
-            attach=lambda path, folder: self.attached.append((Path(path).name, folder)),
-            set_tag=self.tags.__setitem__,
-            options=dict(options or {}),
-        )
-
-    @property
-    def values(self) -> dict[str, float]:
-        return {s.key: s.value for s in self.samples}
-
-
-@pytest.fixture
-def fakes_on_path(monkeypatch):
-    monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
-    for name in ("NO_REPORT", "DURATION_NS", "STATS_CSV", "STATS_FAIL", "OLD"):
-        monkeypatch.delenv(f"FAKE_NSYS_{name}", raising=False)
 
 
 def profiled(

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FAKES, FIXTURES, pid_alive, wait_for
+from conftest import FAKES, FIXTURES, Recorded, path_without_nvidia_tools, pid_alive, wait_for
 from radt.listeners.smi import MIN_INTERVAL_MS, QUERY, SmiListener, parse_timestamp, pstate
-
-from radt.listener import RunContext, Sample
 
 CSV = (FIXTURES / "nvidia_smi_query_gpu.csv").read_text().splitlines()
 ROWS = [[cell.strip() for cell in line.split(",")] for line in CSV]
@@ -50,60 +47,6 @@ def expected(row: list[str]) -> dict[str, float]:
             float(text[1:]) if field == "pstate" else float(text)
         )
     return values
-
-
-class Collected:
-    """A RunContext whose samples, warnings and tags are kept for the test."""
-
-    def __init__(self, tmp_path: Path, interval_s: float = 0.1, devices=()) -> None:
-        self.samples: list[Sample] = []
-        self.warnings: list[str] = []
-        self.tags: dict[str, str] = {}
-        self._lock = threading.Lock()
-        self.context = RunContext(
-            run_id="run",
-            pid=os.getpid(),
-            workdir=tmp_path,
-            emit=self._emit,
-            interval_s=interval_s,
-            devices=tuple(devices),
-            warn=self.warnings.append,
-            set_tag=self.tags.__setitem__,
-        )
-
-    def _emit(self, samples) -> None:
-        with self._lock:
-            self.samples.extend(samples)
-
-    def series(self, key: str) -> list[float]:
-        with self._lock:
-            return [s.value for s in sorted(self.samples) if s.key == key]
-
-
-@pytest.fixture
-def clean_env(monkeypatch):
-    """No FAKE_* settings and no CUDA_VISIBLE_DEVICES leak in from the outside."""
-    for name in list(os.environ):
-        if name.startswith("FAKE_") or name == "CUDA_VISIBLE_DEVICES":
-            monkeypatch.delenv(name)
-    return monkeypatch
-
-
-@pytest.fixture
-def fakes_on_path(clean_env):
-    clean_env.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
-    return clean_env
-
-
-def path_without_nvidia_tools() -> str:
-    """PATH without any folder that holds nvidia-smi or dcgmi (real or fake)."""
-    return os.pathsep.join(
-        folder
-        for folder in os.environ["PATH"].split(os.pathsep)
-        if folder
-        and not (Path(folder) / "nvidia-smi").exists()
-        and not (Path(folder) / "dcgmi").exists()
-    )
 
 
 def scripted_smi(folder: Path, lines: list[str], exit_code: int | None) -> Path:
@@ -239,7 +182,7 @@ def test_available_without_the_tool(clean_env):
 def test_command_asks_for_the_runs_gpus_at_the_interval(fakes_on_path, tmp_path):
     fakes_on_path.setenv("FAKE_NVIDIA_SMI_GPUS", "4")
     listener = SmiListener()
-    run = Collected(tmp_path, interval_s=0.25, devices=["2", UUID1[:12]]).context
+    run = Recorded(tmp_path, interval_s=0.25, devices=["2", UUID1[:12]]).context
     listener.start(run)
     try:
         argv = listener.process.args
@@ -259,8 +202,8 @@ def test_command_asks_for_the_runs_gpus_at_the_interval(fakes_on_path, tmp_path)
 
 def test_interval_default_and_floor(tmp_path):
     listener = SmiListener()
-    assert listener.interval(Collected(tmp_path, interval_s=None).context) == 0.5
-    floor = listener.interval(Collected(tmp_path, interval_s=0.001).context)
+    assert listener.interval(Recorded(tmp_path, interval_s=None).context) == 0.5
+    floor = listener.interval(Recorded(tmp_path, interval_s=0.001).context)
     assert floor == MIN_INTERVAL_MS / 1000.0
 
 
@@ -268,7 +211,7 @@ def test_cuda_visible_devices_and_mig_uuids_map_to_their_gpu(fakes_on_path, tmp_
     fakes_on_path.setenv("FAKE_NVIDIA_SMI_GPUS", "2")
     fakes_on_path.setenv("CUDA_VISIBLE_DEVICES", UUID1)
     listener = SmiListener()
-    listener.start(Collected(tmp_path).context)
+    listener.start(Recorded(tmp_path).context)
     listener.stop()
     assert listener.process.args[-2:] == ["-i", "1"]
 
@@ -276,14 +219,14 @@ def test_cuda_visible_devices_and_mig_uuids_map_to_their_gpu(fakes_on_path, tmp_
 def test_an_unknown_device_refuses_to_start(fakes_on_path, tmp_path):
     listener = SmiListener()
     with pytest.raises(ValueError, match="smi watches nothing"):
-        listener.start(Collected(tmp_path, devices=["7"]).context)
+        listener.start(Recorded(tmp_path, devices=["7"]).context)
     assert listener.process is None
     listener.stop()  # safe without a process
 
 
 def test_streams_the_fakes_values_and_reaps_it_on_stop(fakes_on_path, tmp_path):
     fakes_on_path.setenv("FAKE_NVIDIA_SMI_GPUS", "2")
-    collected = Collected(tmp_path, interval_s=0.05)
+    collected = Recorded(tmp_path, interval_s=0.05)
     listener = SmiListener()
     listener.start(collected.context)
     pid = listener.process.pid
@@ -308,7 +251,7 @@ def test_garbage_and_truncated_lines_are_skipped_and_counted(clean_env, tmp_path
     lines = [good[0], "garbage", good[1][:30], good[1]]
     clean_env.setenv("PATH", f"{scripted_smi(tmp_path / 'bin', lines, None)}{os.pathsep}"
                      f"{os.environ['PATH']}")  # fmt: skip
-    collected = Collected(tmp_path)
+    collected = Recorded(tmp_path)
     listener = SmiListener()
     listener.start(collected.context)
     try:
@@ -327,7 +270,7 @@ def test_a_tool_dying_mid_run_gives_exactly_one_warning(clean_env, tmp_path):
     lines = [as_query_line(ROWS[0]), as_query_line(ROWS[1])]
     folder = scripted_smi(tmp_path / "bin", lines, exit_code=1)
     clean_env.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    collected = Collected(tmp_path)
+    collected = Recorded(tmp_path)
     listener = SmiListener()
     listener.start(collected.context)
     wait_for(lambda: collected.warnings)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -135,6 +135,62 @@ def cleanup(radt: Radt | None, workspace: Workspace) -> None:
         kill_quietly(pid)
 
 
+NOT_ANSWERING = "tracking server not answering"
+ANSWERS_AGAIN = "answers again"
+
+
+def ride_out(
+    ws: Workspace,
+    radt: Radt,
+    *,
+    fault: Callable[[], object] | None,
+    warning: str = NOT_ANSWERING,
+    recovery: Callable[[], object] | None = None,
+    all_clear: str | None = ANSWERS_AGAIN,
+    before: Callable[[], object] | None = None,
+    after: Callable[[], object] | None = None,
+    wait_s: float = 90,
+    timeout: float = 180,
+) -> int:
+    """Take radT's training through one fault (and back), end it, return radT's exit code.
+
+    ``before()`` waits until there is something to lose; ``fault()`` breaks what radT
+    depends on (None: it is in place from the start), and radT must say ``warning``
+    and go on; ``recovery()`` mends it (None: it stays broken), and radT must say
+    ``all_clear``; ``after()`` waits for what must follow. Then the training is told
+    to stop (the file ``stop``) and radT must end within ``timeout``. Whatever fails,
+    radT and its training are stopped.
+    """
+    try:
+        if before is not None:
+            before()
+        if fault is not None:
+            fault()
+        radt.wait_said(warning, timeout=wait_s)
+        assert radt.process.poll() is None, f"radT ended at the fault: {radt.stderr()}"
+        if recovery is not None:
+            recovery()
+            if all_clear is not None:
+                radt.wait_said(all_clear, timeout=wait_s)
+        if after is not None:
+            after()
+        assert radt.process.poll() is None, f"radT ended before its training: {radt.stderr()}"
+        (ws.root / "stop").touch()
+        return radt.wait(timeout=timeout)
+    finally:
+        cleanup(radt, ws)
+
+
+def counter_points(client, run_id: str) -> int:
+    """How many points of the counter MLflow shows for the run now."""
+    return len(client.get_metric_history(run_id, "system/" + COUNTER))
+
+
+def wait_streamed(client, run_id: str, more_than: int = 0, timeout: float = 60) -> None:
+    """Wait until MLflow shows more than ``more_than`` counter points of the run."""
+    wait_for(lambda: counter_points(client, run_id) > more_than, timeout=timeout)
+
+
 def samples_artifact(client, run_id: str, tmp_path: Path) -> pa.Table:
     local = client.download_artifacts(run_id, "radt/samples.parquet", str(tmp_path))
     table = pq.read_table(local)
@@ -212,23 +268,24 @@ def test_server_killed_and_restarted_mid_run_loses_nothing(on_server, server, tm
     ws = on_server
     ws.script("train.py", TRAIN)
     radt = Radt(ws.start(["-e", "outage-live", "-l", "counter+top", "train.py"]))
-    try:
-        run_id = radt.run_id
-        client = ws.client()
-        assert client.get_run(run_id).info.status == "RUNNING"
-        # The live stream works before the outage.
-        wait_for(lambda: client.get_metric_history(run_id, "system/" + COUNTER), timeout=30)
-        killed_ms = now_ms()
+    client = ws.client()
+    marks = {}
+
+    def streaming() -> None:
+        assert client.get_run(radt.run_id).info.status == "RUNNING"
+        wait_streamed(client, radt.run_id, timeout=30)  # the live stream works before
+
+    def crash() -> None:
+        marks["killed_ms"] = now_ms()
         server.kill()
-        radt.wait_said("tracking server not answering", timeout=60)
-        assert radt.process.poll() is None, "radT ended when the server went away"
+
+    def restart() -> None:
         server.start()
-        restarted_ms = now_ms()
-        radt.wait_said("answers again", timeout=60)
-        (ws.root / "stop").touch()
-        returncode = radt.wait(timeout=120)
-    finally:
-        cleanup(radt, ws)
+        marks["restarted_ms"] = now_ms()
+
+    returncode = ride_out(ws, radt, before=streaming, fault=crash, recovery=restart, timeout=120)
+    run_id = radt.run_id
+    killed_ms, restarted_ms = marks["killed_ms"], marks["restarted_ms"]
     assert returncode == 0, radt.stderr()
     assert len(radt.said("tracking server not answering")) == 1, radt.stderr()
     assert len(radt.said("answers again")) == 1, radt.stderr()
@@ -252,17 +309,16 @@ def test_server_down_at_the_end_then_sync_completes_the_run(on_server, server, t
     ws = on_server
     ws.script("train.py", TRAIN)
     radt = Radt(ws.start(["-e", "outage-end", "-l", "counter+top", "train.py"]))
-    try:
-        run_id = radt.run_id
-        client = ws.client()
-        wait_for(lambda: client.get_metric_history(run_id, "system/" + COUNTER), timeout=30)
-        server.kill()
-        radt.wait_said("tracking server not answering", timeout=60)
-        (ws.root / "stop").touch()
-        # radT tries to send for its send timeout (30 s), then leaves the rest for sync.
-        returncode = radt.wait(timeout=180)
-    finally:
-        cleanup(radt, ws)
+    client = ws.client()
+    # radT tries to send for its send timeout (30 s), then leaves the rest for sync.
+    returncode = ride_out(
+        ws,
+        radt,
+        before=lambda: wait_streamed(client, radt.run_id, timeout=30),
+        fault=server.kill,
+        timeout=180,
+    )
+    run_id = radt.run_id
     assert returncode == 0, radt.stderr()
     folder = ws.home / "runs" / run_id
     hints = radt.said("run `radt sync`")
@@ -439,38 +495,3 @@ def test_sync_skips_a_run_its_radt_is_still_recording(workspace, tmp_path):
     assert "radt.note" not in run.data.tags
     assert_counter_complete(samples_artifact(client, run_id, tmp_path), at_least=5)
     assert not folder.exists()
-
-
-GROUP = """
-import socket, subprocess, sys, time
-child = (
-    "import socket, sys, time\\n"
-    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\\n"
-    "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(600)"
-)
-subprocess.Popen([sys.executable, "-c", child, sys.argv[1]])
-time.sleep(600)
-"""
-
-
-def test_server_helper_kills_the_whole_group_and_restarts_on_the_same_port(tmp_path):
-    """The helper itself, with a stand-in for the server's tree: the port is held by a
-    child of the leader, as uvicorn's worker holds it."""
-    from mlflow_server import group_members, port_open
-
-    script = tmp_path / "group.py"
-    script.write_text(GROUP)
-    server = MlflowServer(tmp_path / "stand-in")
-    server.argv = lambda: [sys.executable, str(script), str(server.port)]  # type: ignore[method-assign]
-    server.healthy = lambda: port_open(server.port)  # type: ignore[method-assign]
-    try:
-        server.start(timeout_s=30)
-        leader = server.process.pid
-        assert len(group_members(leader)) == 2
-        server.kill()
-        assert group_members(leader) == [] and not port_open(server.port)
-        server.restart(timeout_s=30)
-        assert server.starts == 2 and port_open(server.port)
-    finally:
-        server.kill()
-    assert not port_open(server.port)

@@ -34,9 +34,12 @@ from test_outage import (
     COUNTER,
     Radt,
     assert_counter_complete,
+    counter_points,
     expected_points,
     key_rows,
+    ride_out,
     samples_artifact,
+    wait_streamed,
 )
 
 # Starting the server (the first test's setup) and the load test take minutes on a busy
@@ -81,22 +84,6 @@ print("trained with mlflow", flush=True)
 # --------------------------------------------------------------------------- servers
 
 
-class PgMlflowServer(MlflowServer):
-    """``mlflow server`` with runs and metrics in PostgreSQL, artifacts in a folder."""
-
-    def __init__(self, folder: Path, postgres: PostgresServer) -> None:
-        super().__init__(folder)
-        self.postgres = postgres
-
-    def argv(self) -> list[str]:
-        argv = super().argv()
-        argv[argv.index("--backend-store-uri") + 1] = self.postgres.uri  # no password in it
-        return argv
-
-    def env(self) -> dict[str, str]:
-        return {**super().env(), **self.postgres.client_env()}
-
-
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[PostgresServer]:
     reason = missing_reason()
@@ -104,26 +91,19 @@ def postgres() -> Iterator[PostgresServer]:
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the team tests: {reason}")
         pytest.skip(reason)
-    server = PostgresServer()
-    try:
-        server.start()
+    with PostgresServer() as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture(scope="module")
-def team_server(postgres, tmp_path_factory) -> Iterator[PgMlflowServer]:
-    server = PgMlflowServer(tmp_path_factory.mktemp("team-server"), postgres)
-    try:
-        server.start()
+def team_server(postgres, tmp_path_factory) -> Iterator[MlflowServer]:
+    """``mlflow server`` with runs and metrics in PostgreSQL, artifacts in a folder."""
+    with MlflowServer(tmp_path_factory.mktemp("team-server"), database=postgres) as server:
         yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture
-def server(team_server: PgMlflowServer, postgres: PostgresServer) -> PgMlflowServer:
+def server(team_server: MlflowServer, postgres: PostgresServer) -> MlflowServer:
     """The module's server and database, running (a test before may have stopped them)."""
     if not postgres.running:
         postgres.start()
@@ -461,19 +441,15 @@ def test_server_killed_mid_plan_and_restarted_loses_nothing(server, tmp_path):
     )
     client = server.client()
     radt = Radt(ws.start(["--interval", "0.1", str(plan)]))
-    try:
+
+    def streaming() -> None:
         child = wait_for(lambda: _child_of(client, exp, "outage"), timeout=120)
-        wait_for(lambda: client.get_metric_history(child, "system/" + COUNTER), timeout=60)
-        server.kill()
-        radt.wait_said("tracking server not answering", timeout=60)
-        assert radt.process.poll() is None, "radT ended when the server went away"
-        server.start()
-        radt.wait_said("answers again", timeout=60)
-        (ws.root / "stop").touch()
-        returncode = stopped(radt, timeout=240)
-    finally:
-        (ws.root / "stop").touch()
-        radt.kill()
+        wait_streamed(client, child)
+
+    returncode = ride_out(
+        ws, radt, before=streaming, fault=server.kill, recovery=server.start, timeout=240
+    )
+    child = _child_of(client, exp, "outage")
     assert returncode == 0, radt.stderr()
     # One warning and one all-clear, though the workload run and its run both saw it.
     assert len(radt.said("tracking server not answering")) == 1, radt.stderr()
@@ -502,24 +478,21 @@ def test_postgres_restarted_mid_run_loses_nothing(server, postgres, tmp_path):
     of the run reaches the artifact and MLflow's history, exactly as counted."""
     ws = host(tmp_path, server)
     radt = Radt(ws.start(["-e", unique("db-outage"), "-l", "counter+top+nvml", "train.py"]))
-    try:
-        run_id = radt.run_id
-        client = server.client()
-        wait_for(lambda: client.get_metric_history(run_id, "system/" + COUNTER), timeout=60)
+    client = server.client()
+
+    def database_down() -> None:
         postgres.restart(mode="fast")  # connections dropped; the server reconnects
-        wait_for(lambda: len(client.get_metric_history(run_id, "system/" + COUNTER)) >= 4, 30)
-        postgres.stop(mode="fast")
-        radt.wait_said("tracking server not answering", timeout=60)
-        assert radt.process.poll() is None, "radT ended when the database went away"
-        postgres.start()
-        radt.wait_said("answers again", timeout=60)
-        (ws.root / "stop").touch()
-        returncode = stopped(radt, timeout=180)
-    finally:
-        (ws.root / "stop").touch()
-        radt.kill()
-        if not postgres.running:
-            postgres.start()
+        wait_streamed(client, radt.run_id, more_than=3, timeout=30)
+        postgres.stop(mode="fast")  # the next test's `server` fixture starts it if need be
+
+    returncode = ride_out(
+        ws,
+        radt,
+        before=lambda: wait_streamed(client, radt.run_id),
+        fault=database_down,
+        recovery=postgres.start,
+    )
+    run_id = radt.run_id
     assert returncode == 0, radt.stderr()
     assert len(radt.said("tracking server not answering")) == 1, radt.stderr()
     assert len(radt.said("answers again")) == 1, radt.stderr()
@@ -555,22 +528,25 @@ def test_disk_full_while_spooling_warns_once_and_training_goes_on(server, tmp_pa
     would on a disk that filled: here the next one is full too."""
     ws = host(tmp_path, server)
     radt = Radt(ws.start(["-e", unique("disk-full"), "-l", "counter+top", "train.py"]))
-    try:
+    client = server.client()
+    spool = None
+
+    def fill_the_disk() -> None:
+        nonlocal spool
         spool = _spool_of_new_run(ws, radt)
         time.sleep(0.05)  # past the writer's count of existing chunks, before its first flush
         assert not list(spool.iterdir()), "radT spooled before the disk could fill"
         for number in range(1, 1000):  # about one a second is tried, and given up
             (spool / f"chunk-{number:06d}.arrows").symlink_to("/dev/full")
-        run_id = radt.run_id
-        radt.wait_said("cannot write the spool", timeout=60)
-        client = server.client()
-        wait_for(lambda: len(client.get_metric_history(run_id, "system/" + COUNTER)) >= 5, 60)
-        assert radt.process.poll() is None, "radT ended when its disk filled"
-        (ws.root / "stop").touch()
-        returncode = stopped(radt, timeout=180)
-    finally:
-        (ws.root / "stop").touch()
-        radt.kill()
+
+    returncode = ride_out(
+        ws,
+        radt,
+        fault=fill_the_disk,
+        warning="cannot write the spool",
+        after=lambda: wait_streamed(client, radt.run_id, more_than=4),
+    )
+    run_id = radt.run_id
     assert returncode == 0, radt.stderr()
     assert "training done" in radt.out
     warnings = radt.said("cannot write the spool")
@@ -613,20 +589,25 @@ def test_disk_full_then_freed_mid_chunk_loses_nothing(server, tmp_path):
         preexec_fn=small_files,
     )
     radt = Radt(process)
-    try:
-        run_id = radt.run_id
-        radt.wait_said("cannot write the spool", timeout=90)
+    client = server.client()
+
+    def lift_the_limit() -> None:
         infinite = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
         resource.prlimit(process.pid, resource.RLIMIT_FSIZE, infinite)
-        radt.wait_said("spool writable again", timeout=30)
-        client = server.client()
-        count = len(client.get_metric_history(run_id, "system/" + COUNTER))
-        wait_for(lambda: len(client.get_metric_history(run_id, "system/" + COUNTER)) > count, 30)
-        (ws.root / "stop").touch()
-        returncode = stopped(radt, timeout=180)
-    finally:
-        (ws.root / "stop").touch()
-        radt.kill()
+
+    def more_arrives() -> None:
+        wait_streamed(client, radt.run_id, more_than=counter_points(client, radt.run_id))
+
+    returncode = ride_out(
+        ws,
+        radt,
+        fault=None,  # the file size limit is in place from the start
+        warning="cannot write the spool",
+        recovery=lift_the_limit,
+        all_clear="spool writable again",
+        after=more_arrives,
+    )
+    run_id = radt.run_id
     assert returncode == 0, radt.stderr()
     assert not radt.said("damaged spool chunk"), radt.stderr()
     run = client.get_run(run_id)

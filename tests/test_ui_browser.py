@@ -13,33 +13,22 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import Workspace, kill_quietly, wait_for
+from chromium import CHROMIUM, INSTALL, launch
+from conftest import Workspace, new_workspace, wait_for
+from servers import HttpServer, answers, free_port
 
-CHROMIUM = Path(os.environ.get("RADT_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 if not CHROMIUM.exists() and not os.environ.get("CI"):
     pytest.skip(
-        f"{CHROMIUM} is missing: `apt-get install chromium` (Debian's package) to run the "
-        "browser tests; CI installs it and always runs them",
+        f"{CHROMIUM} is missing: {INSTALL} to run the browser tests; CI installs it and "
+        "always runs them",
         allow_module_level=True,
     )
 if not os.environ.get("CI"):
@@ -64,7 +53,6 @@ ui-study, pair, , , 0, naive, job.py, top+iostat,
 ui-study, pair, , , 0, naive, job.py, top+iostat,
 """
 pytestmark = pytest.mark.timeout(600)  # the first test also waits for the study's radT runs
-SERVE = "import sys; from radt.frontend.serve import run_ui; sys.exit(run_ui(sys.argv[1:]))"
 TIMEOUT_MS = 60_000
 
 
@@ -87,20 +75,8 @@ def shots(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, template_db) -> Study:
     """Two workloads (alone; a naive pair) of a tiny CPU job, and an empty experiment."""
-    import shutil
-
-    base = tmp_path_factory.mktemp("ui")
-    root = base / "ws"
-    root.mkdir()
-    shutil.copy(template_db, root / "mlflow.db")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_"))}
-    env.update(
-        MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}",
-        RADT_HOME=str(base / "radt-home"),
-        MLFLOW_DISABLE_TELEMETRY="true",
-        PYTHONUNBUFFERED="1",
-    )
-    ws = Workspace(root, env)
+    ws = new_workspace(tmp_path_factory.mktemp("ui"), template_db, plugins=False)
+    root = ws.root
     ws.script("job.py", JOB)
     (root / "plan.csv").write_text(PLAN)
     done = ws.run(["--interval", "0.2", "plan.csv"], timeout=300)
@@ -111,50 +87,21 @@ def study(tmp_path_factory, template_db) -> Study:
     return Study(ws, runs)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def serve(ws: Workspace, *args: str) -> Iterator[str]:
     """``radt ui`` on a free loopback port in its own process; yields its URL, always stops it."""
-    from radt import cli
-
-    port = _free_port()
-    wired = "radt.frontend.serve" in Path(cli.__file__).read_text()  # `radt ui` dispatches
-    head = [sys.executable, "-m", "radt", "ui"] if wired else [sys.executable, "-c", SERVE]
-    log = ws.root / f"ui-{port}.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [*head, "--port", str(port), *args],
-            cwd=ws.root,
-            env=ws.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_for(lambda: _answers(url) or proc.poll() is not None, timeout=120, interval=0.25)
-        assert proc.poll() is None, log.read_text()
-        assert f"http://127.0.0.1:{port}/" in log.read_text()
+    port = free_port()
+    server = HttpServer(
+        [sys.executable, "-m", "radt", "ui", "--port", str(port), *args],
+        folder=ws.root,
+        log_path=ws.root / f"ui-{port}.log",
+        port=port,
+        env=ws.env,
+    )
+    with server:
+        url = f"{server.url}/"
+        assert url in server.log_tail(), server.log_tail()  # it says where it serves
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            kill_quietly(proc.pid)
-            proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +113,7 @@ def ui(study) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def browser():
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        chromium = launch(playwright)
         yield chromium
         chromium.close()
 
@@ -409,7 +356,7 @@ def test_empty_states_say_what_to_do(page, ui):
 
 
 def test_unreachable_tracking_server_is_one_line_banner(browser, study, shots):
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     with serve(study.ws, "--tracking-uri", dead) as url:
         context = browser.new_context(viewport={"width": 1400, "height": 700})
         tab = context.new_page()
@@ -442,7 +389,7 @@ def test_ui_listens_on_loopback_only(ui):
         with socket.socket() as probe:
             probe.settimeout(1)
             assert probe.connect_ex((address, port)) != 0, f"radt ui answers on {address}"
-    assert _answers(ui)
+    assert answers(ui)
 
 
 def test_running_runs_refresh_live_until_they_end(page, ui, study):

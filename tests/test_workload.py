@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import FAKES, PLUGINS, Workspace, kill_quietly, pid_alive, wait_for
+from conftest import FAKES, Workspace, kill_quietly, pid_alive, wait_for
+from conftest import new_workspace as conftest_workspace
 
 HEADER = "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params, PowerLimit, Env\n"  # noqa: E501
 CHANGING = ("-cgi", "-dci", "-dgi", "-pl", "-mig")
@@ -68,23 +68,9 @@ sys.exit(int(os.environ.get("EXIT", "0")))
 
 
 def new_workspace(base: Path, template_db: Path) -> Workspace:
-    """As conftest's ``workspace`` fixture, in ``base`` (so a module can share one)."""
-    root = base / "ws"
-    root.mkdir(parents=True)
-    shutil.copy(template_db, root / "mlflow.db")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("MLFLOW_", "RADT_", "FAKE_", "CUDA_"))
-    }
-    env.update(
-        MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}",
-        RADT_HOME=str(base / "radt-home"),
-        PYTHONPATH=os.pathsep.join([str(PLUGINS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        MLFLOW_DISABLE_TELEMETRY="true",
-        PYTHONUNBUFFERED="1",
-    )
-    ws = Workspace(root, env)
+    """As conftest's ``workspace`` fixture, in ``base`` (so a module can share one), without
+    the outside's FAKE_* and CUDA_* settings; ``job.py`` written."""
+    ws = conftest_workspace(base, template_db, drop=("MLFLOW_", "RADT_", "FAKE_", "CUDA_"))
     ws.script("job.py", JOB)
     return ws
 

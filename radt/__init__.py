@@ -4,7 +4,7 @@ from radt.analysis.figures import summarize_samples
 from radt.analysis.load import load, load_wide
 from radt.analysis.summary import summary
 from radt.listener import Listener, PolledListener, RunContext, Sample
-from radt.run_api import Run, log_epoch, log_examples
+from radt.run_api import Run, log_epoch, log_examples, start_window
 
 __version__ = "0.3.0.dev0"
 
@@ -19,6 +19,7 @@ __all__ = [
     "load_wide",
     "log_epoch",
     "log_examples",
+    "start_window",
     "summarize_samples",
     "summary",
 ]

@@ -9,10 +9,17 @@ from dataclasses import dataclass
 from mlflow.entities import Metric
 
 from radt.listener import Sample
+from radt.record.events import EPOCH_KEY, EXAMPLES_KEY, WINDOW_KEY
 
 MLFLOW_PREFIX = "system/"
 MAX_KEY = 250
 _KEY_CHARS = re.compile(r"^[\w\-. /:]+$")
+RUN_API_METRICS: dict[str, str | None] = {
+    EXAMPLES_KEY: "examples",
+    EPOCH_KEY: "epoch",
+    WINDOW_KEY: None,
+}
+"""Run-API keys: each sample is a point of a plain MLflow metric (None: samples only)."""
 
 
 def mlflow_key_problem(key: str) -> str | None:
@@ -41,6 +48,11 @@ class Decimator:
     A window closes when the key's next window begins, or on :meth:`flush`.
     Keys MLflow would refuse are left out of the stream (they stay in the
     samples artifact) and listed in :attr:`rejected`.
+
+    The run API's samples (:data:`RUN_API_METRICS`) are not averaged: every
+    one is a point of the plain metric ``examples`` (step: its window index)
+    or ``epoch`` (step: the epoch), as a script's own ``mlflow.log_metric``
+    would make them.
     """
 
     def __init__(self, window_s: float, origin_s: float) -> None:
@@ -55,6 +67,11 @@ class Decimator:
         """Take samples in arrival order; return the points of windows they closed."""
         closed: list[Metric] = []
         for timestamp, key, value in samples:
+            if key in RUN_API_METRICS:
+                point = self._run_api_point(timestamp, key, value)
+                if point is not None:
+                    closed.append(point)
+                continue
             if key not in self._valid:
                 problem = mlflow_key_problem(key)
                 if problem:
@@ -80,6 +97,14 @@ class Decimator:
         points = [self._point(key, window) for key, window in self._open.items()]
         self._open.clear()
         return points
+
+    def _run_api_point(self, timestamp: float, key: str, value: float) -> Metric | None:
+        name = RUN_API_METRICS[key]
+        if name is None:
+            return None
+        micros = round(timestamp * 1e6)
+        step = int(value) if key == EPOCH_KEY else micros // self.window_us - self.origin_bucket
+        return Metric(name, value, micros // 1000, step)
 
     def _point(self, key: str, window: _Window) -> Metric:
         return Metric(

@@ -1,0 +1,160 @@
+"""The run-API channel in radT's process: the script's datagrams become the run's samples.
+
+:class:`EventReceiver` binds the socket named in the command's ``RADT_EVENTS`` before the
+command starts, drains it from a thread while the command runs, and once more, fully, after it
+ended (see :mod:`radt.run_api` for what the script sends). Each record becomes a sample with the
+script's own timestamp:
+
+- ``script/run/examples``: the run's cumulative examples, the sum over its processes of each
+  one's latest count;
+- ``script/run/epoch``: the epoch just finished, once per epoch (the first process to report it);
+- ``script/run/window_start``: 1 where ``radt.start_window()`` was called.
+
+A malformed record is ignored; how many there were is said once, when the channel closes.
+"""
+
+from __future__ import annotations
+
+import math
+import select
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+
+from radt.listener import Emit, Sample
+
+PROTOCOL = "radt1"
+EXAMPLES_KEY = "script/run/examples"
+EPOCH_KEY = "script/run/epoch"
+WINDOW_KEY = "script/run/window_start"
+MAX_DATAGRAM_B = 65_536
+POLL_S = 0.1
+
+
+class EventReceiver:
+    """The receiving end of one run's run-API channel; :meth:`close` it on every path."""
+
+    def __init__(self, run_id: str, emit: Emit, warn: Callable[[str], None]) -> None:
+        self.emit = emit
+        self.warn = warn
+        self.records = 0
+        self.malformed = 0
+        self._counts: dict[int, int] = {}
+        self._epochs: set[int] = set()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.sock, self.name = _bind(run_id)
+        self._thread = threading.Thread(target=self._loop, name="radt-events", daemon=True)
+        self._thread.start()
+
+    @property
+    def variable(self) -> str:
+        """The value of ``RADT_EVENTS`` for the command: ``@<abstract socket name>``."""
+        return "@" + self.name
+
+    @property
+    def examples(self) -> int:
+        """The run's cumulative examples so far (sum over its processes)."""
+        return sum(self._counts.values())
+
+    def close(self) -> None:
+        """Stop the thread, take every record still queued, close the socket; safe twice."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join()
+        try:
+            self.drain()
+        finally:
+            self.sock.close()
+        if self.malformed:
+            self.warn(
+                f"ignored {self.malformed} malformed run-API record(s) on {self.variable} "
+                "(something other than radt.log_examples/log_epoch/start_window wrote there)"
+            )
+
+    def drain(self) -> None:
+        """Turn every queued datagram into samples, without waiting."""
+        with self._lock:
+            samples: list[Sample] = []
+            while True:
+                try:
+                    data = self.sock.recv(MAX_DATAGRAM_B)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    break
+                self._parse(data, samples)
+            if samples:
+                self.emit(samples)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ready, _, _ = select.select([self.sock], [], [], POLL_S)
+            except (OSError, ValueError):
+                return
+            if ready:
+                self.drain()
+
+    def _parse(self, data: bytes, samples: list[Sample]) -> None:
+        try:
+            text = data.decode("ascii")
+        except UnicodeDecodeError:
+            self.malformed += 1
+            return
+        for line in text.splitlines():
+            sample = self._record(line)
+            if sample is None:
+                self.malformed += 1
+                continue
+            self.records += 1
+            if sample is not _SKIP:
+                samples.append(sample)
+
+    def _record(self, line: str) -> Sample | object | None:
+        parts = line.split()
+        if len(parts) != 5 or parts[0] != PROTOCOL:
+            return None
+        _, pid_text, t_text, kind, value_text = parts
+        try:
+            pid, t, value = int(pid_text), float(t_text), float(value_text)
+        except ValueError:
+            return None
+        if pid <= 0 or not math.isfinite(t) or t <= 0 or not math.isfinite(value):
+            return None
+        if kind == "examples":
+            if value < 0 or value != int(value):
+                return None
+            self._counts[pid] = int(value)
+            return Sample(t, EXAMPLES_KEY, float(self.examples))
+        if kind == "epoch":
+            if value != int(value):
+                return None
+            if int(value) in self._epochs:
+                return _SKIP
+            self._epochs.add(int(value))
+            return Sample(t, EPOCH_KEY, value)
+        if kind == "window":
+            return Sample(t, WINDOW_KEY, 1.0)
+        return None
+
+
+_SKIP = object()
+
+
+def _bind(run_id: str) -> tuple[socket.socket, str]:
+    """A datagram socket bound in the abstract namespace (``radt-<run_id>``, else a unique one)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
+    try:
+        try:
+            name = f"radt-{run_id}"
+            sock.bind("\0" + name)
+        except OSError:  # taken (a second radT on the same run id?)
+            name = f"radt-{run_id}-{uuid.uuid4().hex[:8]}"
+            sock.bind("\0" + name)
+    except BaseException:
+        sock.close()
+        raise
+    return sock, name

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from radt.errors import RadtError, UsageError
+
+if TYPE_CHECKING:
+    from radt.launch.job import JobInputs
 
 SUBCOMMANDS = ("sync", "listeners", "export", "runs", "ui")
 
@@ -53,6 +57,31 @@ def launcher_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="end the command cleanly after N epochs (scripts that call radt.log_epoch)",
+    )
+    parser.add_argument(
+        "--warmup-epochs",
+        metavar="N",
+        help="the steady-state window starts after N epochs (default: the first epoch, "
+        "or the first reported example; radt.start_window() overrides both)",
+    )
+    parser.add_argument(
+        "--warmup-s",
+        metavar="SECONDS",
+        help="the steady-state window starts SECONDS after the command starts",
+    )
+    parser.add_argument(
+        "--job",
+        metavar="NAME",
+        help="what is trained, to find the run's baseline (default: the command without "
+        "seed flags); plans: the Job column",
+    )
+    parser.add_argument(
+        "--job-ignore",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="a flag that does not change the Job, like --seed (which is always ignored); "
+        "repeatable",
     )
     parser.add_argument(
         "--grace",
@@ -134,6 +163,38 @@ def parse_listener_options(pairs: list[str]) -> dict[str, dict[str, str]]:
     return options
 
 
+def job_inputs(args: argparse.Namespace) -> JobInputs:
+    """``--job``, ``--job-ignore``, ``--warmup-epochs``, ``--warmup-s``, checked."""
+    from radt.launch.job import (
+        JobInputs,
+        parse_job,
+        parse_job_flag,
+        parse_warmup_epochs,
+        parse_warmup_s,
+    )
+
+    parsers = (
+        ("--job", args.job, parse_job),
+        ("--warmup-epochs", args.warmup_epochs, parse_warmup_epochs),
+        ("--warmup-s", args.warmup_s, parse_warmup_s),
+    )
+    values = {}
+    for option, given, parse in parsers:
+        try:
+            values[option] = None if given is None else parse(given)
+        except ValueError as exc:
+            raise UsageError(f"{option} {exc}") from None
+    flags = []
+    for flag in args.job_ignore:
+        try:
+            flags.append(parse_job_flag(flag))
+        except ValueError as exc:
+            raise UsageError(f"--job-ignore {exc}") from None
+    if values["--warmup-epochs"] is not None and values["--warmup-s"] is not None:
+        raise UsageError("give --warmup-epochs or --warmup-s, not both")
+    return JobInputs(values["--job"], tuple(flags), values["--warmup-epochs"], values["--warmup-s"])
+
+
 def run_launcher(argv: list[str]) -> int:
     """``radt [options] COMMAND...``."""
     from radt.launch.launcher import LaunchOptions, launch
@@ -157,7 +218,10 @@ def run_launcher(argv: list[str]) -> int:
     ):
         if value is not None and value <= 0:
             raise UsageError(f"{name} must be positive, got {value:g}")
+    inputs = job_inputs(args)
     if command[0].endswith(".csv") and len(command) == 1:
+        if inputs.job is not None:
+            raise UsageError("--job names a single command's Job; in a plan, use the Job column")
         from pathlib import Path
 
         from radt.plans.runner import PlanOptions, run_plan
@@ -176,6 +240,7 @@ def run_launcher(argv: list[str]) -> int:
                 power_limit_w=args.power_limit,
                 max_epochs=args.max_epochs,
                 modes=set(args.modes.replace(",", "+").split("+")) if args.modes else None,
+                job=inputs,
             )
         )
     options = LaunchOptions(
@@ -192,6 +257,7 @@ def run_launcher(argv: list[str]) -> int:
         grace_s=args.grace,
         window_s=args.window,
         tracking_uri=args.tracking_uri,
+        job=inputs,
     )
     return launch(options)
 

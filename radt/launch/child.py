@@ -45,6 +45,8 @@ class Child:
         self.log_path = log_path
         self.prefix = prefix.encode()
         self.process: subprocess.Popen[bytes] | None = None
+        self.started_s: float | None = None
+        """When the command was started (epoch seconds, once it runs)."""
         self.ended_s: float | None = None
         """When the command was first seen to have exited (epoch seconds)."""
         self._log: BinaryIO | None = None
@@ -70,6 +72,7 @@ class Child:
             start_new_session=True,
             preexec_fn=functools.partial(_die_with_radt, os.getpid()),
         )
+        self.started_s = time.time()
         for source, terminal in (
             (self.process.stdout, sys.stdout),
             (self.process.stderr, sys.stderr),

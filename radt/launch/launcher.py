@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from radt.errors import RadtError
 from radt.launch.child import Child
 from radt.launch.command import params_from_args, resolve_argv, script_args
+from radt.launch.job import JobInputs
 from radt.launch.registry import select
 from radt.launch.session import RecordedRun, say
 from radt.launch.supervise import Supervisor
@@ -43,6 +44,8 @@ class LaunchOptions:
     window_s: float = 1.0
     tracking_uri: str | None = None
     send_timeout_s: float = 30.0
+    job: JobInputs = field(default_factory=JobInputs)
+    """``--job``, ``--job-ignore`` and the warm-up options."""
 
 
 def open_store(explicit_uri: str | None):
@@ -106,6 +109,10 @@ def child_env(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     if max_epochs:
         env["RADT_MAX_EPOCHS"] = str(max_epochs)
+    if run.events is not None:
+        env["RADT_EVENTS"] = run.events.variable
+    else:
+        env.pop("RADT_EVENTS", None)
     return env
 
 
@@ -119,7 +126,11 @@ def launch(options: LaunchOptions) -> int:
         client,
         uri,
         exp_id,
-        tags={**run_tags(options.command, listeners, options.devices), **options.tags},
+        tags={
+            **run_tags(options.command, listeners, options.devices),
+            **options.job.tags(),
+            **options.tags,
+        },
         params=run_params(options.command),
         listeners=listeners,
         run_name=options.run_name,
@@ -139,9 +150,10 @@ def launch(options: LaunchOptions) -> int:
                 child.start()
             except OSError as exc:
                 raise RadtError(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
-            run.start_listeners(child.pid)
+            run.start_listeners(child.pid, child.started_s)
             run.capture_environment()
             (returncode,) = supervisor.wait()
+            run.stop_sampling()
     except BaseException:
         if child.process is not None and child.poll() is None:
             child.signal_group(signal.SIGKILL)

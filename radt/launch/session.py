@@ -14,6 +14,7 @@ from pathlib import Path
 from radt.launch import environment
 from radt.listener import Listener, PolledListener, RunContext
 from radt.record.decimate import Decimator
+from radt.record.events import EventReceiver
 from radt.record.finalize import finish
 from radt.record.recorder import Recorder
 from radt.record.runfolder import RunFolder, RunState
@@ -46,6 +47,7 @@ class RecordedRun:
         devices: Sequence[str] = (),
         listener_options: dict[str, dict[str, str]] | None = None,
         warn: Callable[[str], None] = say,
+        run_api: bool = True,
     ) -> None:
         from mlflow.entities import Param
 
@@ -79,6 +81,16 @@ class RecordedRun:
             warn,
         )
         self.recorder.start()
+        self.events: EventReceiver | None = None
+        """The run-API channel of the run's command (``run_api``), bound before it starts."""
+        if run_api:
+            try:
+                self.events = EventReceiver(self.run_id, self.recorder.emit, warn)
+            except OSError as exc:
+                warn(
+                    f"cannot open the run-API channel ({exc.strerror or exc}); "
+                    "radt.log_examples/log_epoch will not be recorded for this run"
+                )
         self.context = RunContext(
             run_id=self.run_id,
             pid=0,
@@ -92,7 +104,9 @@ class RecordedRun:
         )
         self.context.workdir.mkdir(parents=True, exist_ok=True)
         self._running: list[tuple[Listener, Sampler | None]] = []
+        self._sampling = threading.Lock()
         self._environment: threading.Thread | None = None
+        self.command_start_s: float | None = None
 
     @property
     def output_log(self) -> Path:
@@ -109,8 +123,14 @@ class RecordedRun:
             argv = listener.wrap(argv, self.context_for(listener))
         return argv
 
-    def start_listeners(self, pid: int) -> None:
-        """Start every listener on the process tree rooted at ``pid``."""
+    def start_listeners(self, pid: int, command_start_s: float | None = None) -> None:
+        """Start every listener on the process tree rooted at ``pid``.
+
+        ``command_start_s``: when the run's own command started (tag ``radt.command_start_s``).
+        """
+        if command_start_s is not None:
+            self.command_start_s = command_start_s
+            self.state.tags["radt.command_start_s"] = f"{command_start_s:.6f}"
         self.context.pid = pid
         for listener in self.listeners:
             own = self.context_for(listener)
@@ -132,17 +152,24 @@ class RecordedRun:
         self._environment = threading.Thread(target=self._capture, daemon=True)
         self._environment.start()
 
-    def stop_listeners(self) -> None:
-        """Stop every running listener, then let wrapping listeners collect their reports."""
-        for listener, sampler in self._running:
-            try:
-                if sampler is not None:
-                    sampler.stop()
-                else:
-                    listener.stop()
-            except Exception as exc:
-                self.warn(f"listener {listener.name} failed to stop cleanly: {exc}")
-        self._running = []
+    def stop_sampling(self) -> None:
+        """Stop every running listener (at the end of the command it observes); safe twice.
+
+        Thread-safe: a workload stops each run's listeners when its own command ends.
+        Wrapping listeners collect their reports later, in :meth:`close`.
+        """
+        with self._sampling:
+            for listener, sampler in self._running:
+                try:
+                    if sampler is not None:
+                        sampler.stop()
+                    else:
+                        listener.stop()
+                except Exception as exc:
+                    self.warn(f"listener {listener.name} failed to stop cleanly: {exc}")
+            self._running = []
+
+    def _collect(self) -> None:
         for listener in self.listeners:
             try:
                 listener.collect(self.context_for(listener))
@@ -161,8 +188,13 @@ class RecordedRun:
         ``ended_s`` is when the command ended, the run's end time in MLflow (default:
         now); stopping listeners and collecting their reports comes after it.
         """
+        if ended_s and self.command_start_s is not None:
+            self.state.tags["radt.command_end_s"] = f"{ended_s:.6f}"
         ended_s = ended_s or time.time()
-        self.stop_listeners()
+        self.stop_sampling()
+        if self.events is not None:
+            self.events.close()  # every record the command sent, before the recorder closes
+        self._collect()
         if self._environment is not None:
             self._environment.join(timeout=60)
         state = self.state

@@ -79,13 +79,22 @@ class Supervisor:
             self.warn(f"{reason}; sending SIGTERM (SIGKILL in {self.grace_s:g} s)")
             self._signal_all(signal.SIGTERM)
 
-    def wait(self) -> list[int]:
-        """Wait until every command has ended; return their exit statuses."""
+    def wait(self, on_exit: Callable[[int], None] | None = None) -> list[int]:
+        """Wait until every command has ended; return their exit statuses.
+
+        ``on_exit(i)`` is called once for command ``i`` as soon as it is seen to have ended.
+        """
         deadline = (
             time.monotonic() + self.max_time_min * 60 if self.max_time_min is not None else None
         )
+        ended: set[int] = set()
         while True:
             codes = [child.poll() for child in self.children]
+            if on_exit is not None:
+                for index, code in enumerate(codes):
+                    if code is not None and index not in ended:
+                        ended.add(index)
+                        on_exit(index)
             if all(code is not None for code in codes):
                 return codes  # type: ignore[return-value]
             now = time.monotonic()

@@ -2,7 +2,9 @@
 
 A plan has the original radT's columns (``Experiment, Workload, Status, Run,
 Devices, Collocation, File, Listeners, Params``, plus its optional ``Name``)
-and two new ones, ``PowerLimit`` (watts) and ``Env`` (``KEY=VALUE ...``).
+and new ones: ``PowerLimit`` (watts), ``Env`` (``KEY=VALUE ...``), ``Job``
+(what is trained: the baseline a run is compared with) and ``WarmupEpochs`` /
+``WarmupS`` (where the run's steady-state window starts).
 Rows with the same Experiment and Workload run together as one workload.
 """
 
@@ -27,6 +29,9 @@ COLUMNS = (
     "Params",
     "PowerLimit",
     "Env",
+    "Job",
+    "WarmupEpochs",
+    "WarmupS",
 )
 REQUIRED = ("Experiment", "Workload", "File")
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
@@ -89,6 +94,9 @@ class Row:
     env: dict[str, str]
     letter: str = ""  # "A", "B", … in row order within the workload
     name: str = ""  # the optional Name column (a run name), "" when absent
+    job: str | None = None  # the Job column; None: derived from the command
+    warmup_epochs: int | None = None  # the WarmupEpochs column
+    warmup_s: float | None = None  # the WarmupS column
 
     @property
     def command(self) -> list[str]:

@@ -18,6 +18,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
+from radt.launch.job import parse_job, parse_warmup_epochs, parse_warmup_s
 from radt.plans.model import (
     COLUMNS,
     EMPTY,
@@ -138,6 +139,21 @@ def _parse_env(text: str) -> dict[str, str]:
             raise ValueError(f"Env {token!r} is not KEY=VALUE (e.g. OMP_NUM_THREADS=4 SEED=1)")
         env[key] = val
     return env
+
+
+def _optional(column: str, parse: Callable[[str], object]) -> Callable[[str], object]:
+    """A parser of an optional column: empty is None, a bad value names the column."""
+
+    def parsed(text: str) -> object:
+        value = clean(text)
+        if not value:
+            return None
+        try:
+            return parse(value)
+        except ValueError as err:
+            raise ValueError(f"{column} {err}") from None
+
+    return parsed
 
 
 def _parse_status(text: str) -> str:
@@ -277,7 +293,12 @@ def _build_row(
         params=parsed(_parse_params, "Params"),
         power_limit_w=parsed(_parse_power, "PowerLimit"),
         env=parsed(_parse_env, "Env"),
+        job=parsed(_optional("Job", parse_job), "Job"),
+        warmup_epochs=parsed(_optional("WarmupEpochs", parse_warmup_epochs), "WarmupEpochs"),
+        warmup_s=parsed(_optional("WarmupS", parse_warmup_s), "WarmupS"),
     )
+    if fields["warmup_epochs"] is not None and fields["warmup_s"] is not None:
+        errors.append("give WarmupEpochs or WarmupS, not both")
     if fields["devices"] is not None and fields["collocation"] is not None:
         errors.extend(_mig_device_problems(fields["collocation"], fields["devices"]))
     if errors and len(record.raw) > len(columns):

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from radt import collocation
 from radt.errors import RadtError, UsageError
 from radt.launch.child import Child
 from radt.launch.command import resolve_argv
+from radt.launch.job import JobInputs
 from radt.launch.launcher import child_env, open_store, run_params, run_tags
 from radt.launch.registry import Discovered, discover, select
 from radt.launch.session import RecordedRun, say
@@ -49,6 +51,8 @@ class PlanOptions:
     max_epochs: int | None = None
     modes: set[str] | None = None
     """Run only workloads whose every row's collocation mode is in this set."""
+    job: JobInputs = field(default_factory=JobInputs)
+    """``--job-ignore`` and the warm-up options: defaults under each row's own columns."""
 
 
 def run_plan(options: PlanOptions) -> int:
@@ -223,6 +227,7 @@ class WorkloadRunner:
         self.slots: list[collocation.Slot] = []
         self.supervisor: Supervisor | None = None
         self.interrupted = False
+        self._stopping: list[threading.Thread] = []
 
     def run(self) -> int:
         """Run the workload to its end; return its worst exit code."""
@@ -247,7 +252,9 @@ class WorkloadRunner:
             )
             with self.supervisor:
                 self._start()
-                codes = self.supervisor.wait()
+                codes = self.supervisor.wait(on_exit=self._command_ended)
+                # Device-wide listeners observe the workload: it ends with its last command.
+                self.parent.stop_sampling()
                 self._keep(collocation.after_start(self.slots))
         except BaseException as exc:  # noqa: BLE001 - every failure ends in teardown and a record
             failure = exc
@@ -281,6 +288,7 @@ class WorkloadRunner:
             interval_s=self.options.interval_s,
             devices=devices,
             listener_options=self.options.listener_options,
+            run_api=False,
         )
 
     def _prepare(self, index: int, row: Row, slot: collocation.Slot) -> None:
@@ -295,6 +303,7 @@ class WorkloadRunner:
                 **slot.tags,
                 "radt.letter": row.letter,
                 "radt.plan_line": str(row.line),
+                **self.options.job.with_row(row.job, row.warmup_epochs, row.warmup_s).tags(),
             },
             params=run_params(row.command),
             # A fresh instance per run: a listener object observes one process tree.
@@ -324,7 +333,7 @@ class WorkloadRunner:
                 child.start()
             except OSError as exc:
                 raise RadtError(f"cannot start {child.argv[0]}: {exc.strerror or exc}") from exc
-            run.start_listeners(child.pid)
+            run.start_listeners(child.pid, child.started_s)
             run.capture_environment()
         # Device-wide listeners see every run: the runs are all descendants of radT; each
         # run gets the per-process series of its own processes (nvml's per-process SM use).
@@ -335,6 +344,15 @@ class WorkloadRunner:
         self.parent.start_listeners(os.getpid())
         self.parent.capture_environment()
         self._keep(collocation.after_start(self.slots))
+
+    def _command_ended(self, index: int) -> None:
+        """A run's own listeners stop with its command, not with the workload (in the
+        background, so that the others' ends are still noticed at once)."""
+        stopping = threading.Thread(
+            target=self.runs[index].stop_sampling, name="radt-stop-sampling", daemon=True
+        )
+        stopping.start()
+        self._stopping.append(stopping)
 
     def _stop_children(self) -> None:
         for child in self.children:

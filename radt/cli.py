@@ -163,6 +163,19 @@ def parse_listener_options(pairs: list[str]) -> dict[str, dict[str, str]]:
     return options
 
 
+def _join_flag_values(own: list[str], options: tuple[str, ...]) -> list[str]:
+    """``--job-ignore --seed`` as ``--job-ignore=--seed``: its value is itself a flag."""
+    joined: list[str] = []
+    args = iter(own)
+    for arg in args:
+        if arg in options:
+            value = next(args, None)
+            joined.append(arg if value is None else f"{arg}={value}")
+        else:
+            joined.append(arg)
+    return joined
+
+
 def job_inputs(args: argparse.Namespace) -> JobInputs:
     """``--job``, ``--job-ignore``, ``--warmup-epochs``, ``--warmup-s``, checked."""
     from radt.launch.job import (
@@ -201,7 +214,7 @@ def run_launcher(argv: list[str]) -> int:
 
     parser = launcher_parser()
     own, command = split_argv(argv, parser)
-    args = parser.parse_args(own)
+    args = parser.parse_args(_join_flag_values(own, ("--job-ignore",)))
     if args.version:
         from radt import __version__
 

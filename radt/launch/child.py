@@ -63,6 +63,7 @@ class Child:
         """Start the command. Raises OSError when it cannot be executed."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in join_output
+        starting_s = time.time()  # before fork: nothing the command does comes earlier
         self.process = subprocess.Popen(
             self.argv,
             env=self.env,
@@ -72,7 +73,7 @@ class Child:
             start_new_session=True,
             preexec_fn=functools.partial(_die_with_radt, os.getpid()),
         )
-        self.started_s = time.time()
+        self.started_s = starting_s
         for source, terminal in (
             (self.process.stdout, sys.stdout),
             (self.process.stderr, sys.stderr),

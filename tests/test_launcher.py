@@ -209,6 +209,15 @@ def test_max_time_with_a_clean_exit_on_sigterm_finishes(workspace):
         (["--tag", "novalue", "--", "true"], "malformed --tag 'novalue': expected KEY=VALUE"),
         (["-o", "per_core=1", "--", "true"], "malformed listener option 'per_core'"),
         (["--max-time", "-1", "--", "true"], "--max-time must be positive"),
+        (["--warmup-epochs", "0", "--", "true"], "--warmup-epochs '0' is not a whole number"),
+        (["--warmup-s", "-2", "--", "true"], "--warmup-s '-2' is not a number of seconds"),
+        (
+            ["--warmup-s", "1", "--warmup-epochs", "1", "--", "true"],
+            "give --warmup-epochs or --warmup-s, not both",
+        ),
+        (["--job-ignore", "seed", "--", "true"], "--job-ignore 'seed' is not a flag"),
+        (["--job", "", "--", "true"], "--job is empty"),
+        (["--job", "x", "plan.csv"], "--job names a single command's Job; in a plan"),
     ],
 )
 def test_bad_input_is_one_line_error_before_anything_starts(workspace, args, message):

@@ -343,6 +343,53 @@ def test_power_limit_must_be_a_positive_number(work, value):
     assert f"line 2: PowerLimit '{value}' is not a positive number of watts" in message
 
 
+def test_job_and_warmup_columns(work):
+    text = (
+        "Experiment, Workload, File, Params, Job, Warmup Epochs, warmup_s\n"
+        "1, 1, examples/train.py, --seed 1, resnet18 cifar, 2, -\n"
+        "1, 2, examples/train.py, , -, , 12.5\n"
+        "1, 3, examples/train.py, , , 1, \n"
+    )
+    rows = read_plan(write(work, text)).rows
+    assert [(r.job, r.warmup_epochs, r.warmup_s) for r in rows] == [
+        ("resnet18 cifar", 2, None),
+        (None, None, 12.5),
+        (None, 1, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cells", "fragment"),
+    [
+        ("job, 0, ", "WarmupEpochs '0' is not a whole number of epochs, at least 1"),
+        ("job, 1.5, ", "WarmupEpochs '1.5' is not a whole number of epochs"),
+        ("job, two, ", "WarmupEpochs 'two' is not a whole number of epochs"),
+        ("job, , -3", "WarmupS '-3' is not a number of seconds, 0 or more"),
+        ("job, , soon", "WarmupS 'soon' is not a number of seconds"),
+        ("job, , nan", "WarmupS 'nan' is not a number of seconds"),
+        ("job, 2, 30", "give WarmupEpochs or WarmupS, not both"),
+        ("x" * 251 + ", , ", "Job must be one line of at most 250 characters"),
+    ],
+)
+def test_job_and_warmup_cells_are_checked_with_their_line(work, cells, fragment):
+    text = (
+        "Experiment, Workload, File, Job, WarmupEpochs, WarmupS\n"
+        "1, 1, examples/train.py, job, 1, \n"
+        f"1, 2, examples/train.py, {cells}\n"
+    )
+    path = write(work, text)
+    message = problems_of(path)
+    assert message.startswith(f"{path} has 1 problem; nothing was started:\n")
+    assert f"{path} line 3: {fragment}" in message
+
+
+def test_the_example_collocation_plan_gives_every_client_its_job():
+    rows = read_plan(REPO / "examples" / "collocation.csv", cwd=REPO).rows
+    assert len(rows) == 3
+    assert {row.job for row in rows} == {"cnn-2048"}
+    assert "--seed" in rows[2].command
+
+
 @pytest.mark.parametrize("value", ["A", "1A=2", "=x", "A-B=1"])
 def test_env_must_be_key_value(work, value):
     text = f"Experiment, Workload, File, Env\n1, 1, examples/train.py, OK=1 {value}\n"

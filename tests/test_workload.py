@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import FAKES, Workspace, kill_quietly, pid_alive, wait_for
 from conftest import new_workspace as conftest_workspace
@@ -28,8 +29,8 @@ ROOT = hasattr(os, "geteuid") and os.geteuid() == 0  # radT refuses power limits
 
 # One training command for every test, steered by the Env column:
 # JOB names it, SLEEP is how long it runs, EXIT its exit status, SMI_L=1 runs
-# `nvidia-smi -L` while it runs. It writes started-JOB (its pid) when it starts
-# and times-JOB.json ([start, end]) when it ends.
+# `nvidia-smi -L` while it runs, EXAMPLES=N reports N examples and epoch 0 (radT's run API).
+# It writes started-JOB (its pid) when it starts and times-JOB.json ([start, end]) when it ends.
 JOB = r"""
 import json, os, subprocess, sys, time
 job = os.environ.get("JOB", "x")
@@ -57,6 +58,10 @@ if os.environ.get("SMI_L"):
     info["smi_l"] = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
 print("JOB " + json.dumps(info), flush=True)
 print(f"second line of {job}", flush=True)
+if os.environ.get("EXAMPLES"):
+    import radt
+    radt.log_examples(int(os.environ["EXAMPLES"]))
+    radt.log_epoch(0)
 time.sleep(float(os.environ.get("SLEEP", "0")))
 with open(f"times-{job}.json", "w") as f:
     json.dump([start, time.time()], f)
@@ -674,3 +679,63 @@ def test_max_time_stop_reason_is_on_the_parent_too(max_time):
     ws, _, _, _ = max_time
     parents, _ = parents_and_children(all_runs(ws))
     assert parents["slow"].data.tags.get("radt.stop_reason") == "--max-time of 0.1 min reached"
+
+
+# --------------------------------------------------------------------------- unequal clients
+
+UNEQUAL = """\
+Experiment, Workload, Devices, Collocation, File, Listeners, Params, Env, Job, WarmupEpochs, WarmupS
+study, unequal, 0, naive, job.py, top+iostat, --lr 0.1, JOB=short SLEEP=1 EXAMPLES=64, cnn, 2, -
+study, unequal, 0, naive, job.py, top+iostat, --lr 0.2, JOB=long SLEEP=5 EXAMPLES=32, -, -, 1.5
+"""
+INTERVAL_S = 0.2
+
+
+def last_sample_s(ws: Workspace, run, prefix: str, dest: Path) -> float:
+    """Epoch seconds of the run's last sample whose key starts with ``prefix``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    local = ws.client().download_artifacts(run.info.run_id, "radt/samples.parquet", str(dest))
+    table = pd.read_parquet(local)
+    stamps = table[table.key.str.startswith(prefix)].timestamp
+    assert len(stamps), f"no {prefix} samples"
+    return stamps.max().value / 1e9
+
+
+def test_a_clients_listeners_stop_with_its_command_and_the_workloads_with_the_last(
+    tmp_path, template_db
+):
+    ws = new_workspace(tmp_path, template_db)
+    write_plan(ws, UNEQUAL)
+    done = ws.run(["--interval", str(INTERVAL_S), "--job-ignore", "--lr", "plan.csv"])
+    assert done.returncode == 0, done.stderr
+    parents, children = parents_and_children(all_runs(ws))
+    short, long, parent = children["unequal/A"], children["unequal/B"], parents["unequal"]
+    ends = {}
+    for job, run in (("short", short), ("long", long)):
+        began, ended = read_times(ws, job)
+        start = float(run.data.tags["radt.command_start_s"])
+        ends[job] = float(run.data.tags["radt.command_end_s"])
+        assert start <= began < ended <= ends[job], "command times bracket the script's own"
+        assert run.info.end_time == pytest.approx(ends[job] * 1000, abs=1)
+    assert ends["long"] - ends["short"] > 2
+    # The short client's own listener stopped with its command (one interval plus a second of
+    # slack for a loaded machine), while the long one's went on; the workload's device listener
+    # ran until the last command ended.
+    bound = INTERVAL_S + 1.0
+    assert last_sample_s(ws, short, "top/", tmp_path / "a") <= ends["short"] + bound
+    assert last_sample_s(ws, long, "top/", tmp_path / "b") > ends["short"] + 2
+    assert last_sample_s(ws, long, "top/", tmp_path / "b") <= ends["long"] + bound
+    device_last = last_sample_s(ws, parent, "iostat/", tmp_path / "p")
+    assert ends["short"] + 2 < device_last <= ends["long"] + bound
+    assert "radt.command_start_s" not in parent.data.tags
+    # The run API works in plan rows: plain metrics, not system/script/...
+    assert short.data.metrics["examples"] == 64 and long.data.metrics["examples"] == 32
+    assert short.data.metrics["epoch"] == 0
+    assert not any(key.startswith("system/script") for key in short.data.metrics)
+    # Job and warm-up columns, and --job-ignore, as tags.
+    assert short.data.tags["radt.job"] == "cnn"
+    assert short.data.tags["radt.warmup_epochs"] == "2"
+    assert "radt.warmup_s" not in short.data.tags
+    assert "radt.job" not in long.data.tags
+    assert long.data.tags["radt.warmup_s"] == "1.5"
+    assert short.data.tags["radt.job_ignore"] == long.data.tags["radt.job_ignore"] == "--lr"

@@ -153,10 +153,12 @@ def log_examples(n: int) -> None:
     The first call, then the running total at most once a second, reach radT.
     """
     channel = _channel
-    if not channel.on and not channel.start():
+    if not channel.on and (channel.decided or not channel.start()):
         return
     t = time.time()
-    with channel.lock:
+    lock = channel.lock
+    lock.acquire()  # not a system call unless another thread holds it
+    try:
         channel.total += int(n)
         channel.calls += 1
         channel.last_t = t
@@ -164,6 +166,8 @@ def log_examples(n: int) -> None:
             return
         channel.counter(t)
         channel.send()
+    finally:
+        lock.release()
 
 
 def _marked(kind: str, value: float | int) -> None:

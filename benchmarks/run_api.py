@@ -1,0 +1,159 @@
+"""Cost of ``radt.log_examples`` in the training process: nanoseconds per call.
+
+    python benchmarks/run_api.py                  # ~1 min on 2 busy cores
+    python benchmarks/run_api.py --calls 200000 --rounds 3   # a smoke run
+
+Each condition runs in a fresh Python process (the run API keeps per-process state) that times
+``--calls`` consecutive calls with ``time.perf_counter`` after a warm-up of 1000 calls, so the
+first-call send is not in the figure but every once-a-second send is. Conditions run
+interleaved, round after round; figures are medians over rounds.
+
+- *empty function*: ``f(1)`` for a Python function that does nothing: the floor of any call;
+- *no radT*: ``radt.log_examples(1)`` without ``RADT_EVENTS`` (a no-op after the notice);
+- *radT, drained*: with ``RADT_EVENTS`` naming a real :class:`radt.record.events.EventReceiver`
+  in another process, which counts the records it gets (at most one a second, plus the first);
+- *radT, never drained*: ``RADT_EVENTS`` names a socket whose queue is full: every send is
+  refused (``EAGAIN``) and the record kept; the call must still not block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+
+from _common import command_line, header, median, python_bin, table
+
+MEASURE = r"""
+import json, sys, time
+calls = int(sys.argv[1])
+mode = sys.argv[2]
+if mode == "empty":
+    def f(n):
+        pass
+else:
+    import radt
+    f = radt.log_examples
+for _ in range(1000):
+    f(1)
+began = time.perf_counter()
+for _ in range(calls):
+    f(1)
+took = time.perf_counter() - began
+print(json.dumps({"ns_per_call": took / calls * 1e9, "seconds": took}))
+"""
+
+RECEIVER = r"""
+import json, sys
+from radt.record.events import EventReceiver
+got = []
+receiver = EventReceiver(sys.argv[1], got.extend, print)
+print(receiver.variable, flush=True)
+sys.stdin.read()
+receiver.close()
+print(json.dumps({"records": receiver.records}), flush=True)
+"""
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("RADT_", "MLFLOW_"))}
+
+
+def measure(calls: int, mode: str, env: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [python_bin(), "-c", MEASURE, str(calls), mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def drained(calls: int) -> dict:
+    receiver = subprocess.Popen(
+        [python_bin(), "-c", RECEIVER, f"bench-{uuid.uuid4().hex}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert receiver.stdout is not None and receiver.stdin is not None
+    variable = receiver.stdout.readline().strip()
+    try:
+        result = measure(calls, "radt", {**clean_env(), "RADT_EVENTS": variable})
+    finally:
+        out, _ = receiver.communicate("")
+    result["records"] = json.loads(out.strip().splitlines()[-1])["records"]
+    return result
+
+
+def never_drained(calls: int) -> dict:
+    name = f"radt-bench-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as full:
+        full.bind("\0" + name)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK) as filler:
+            while True:
+                try:
+                    filler.sendto(b"filler", "\0" + name)
+                except BlockingIOError:
+                    break
+        return measure(calls, "radt", {**clean_env(), "RADT_EVENTS": "@" + name})
+
+
+def main() -> None:
+    """Run every condition ``--rounds`` times, interleaved, and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2_000_000, help="timed calls per run")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(header("radt.log_examples: cost per call", command_line()))
+    conditions = {
+        "empty function": lambda: measure(args.calls, "empty", clean_env()),
+        "no radT": lambda: measure(args.calls, "radt", clean_env()),
+        "radT, drained": lambda: drained(args.calls),
+        "radT, never drained": lambda: never_drained(args.calls),
+    }
+    results: dict[str, list[dict]] = {name: [] for name in conditions}
+    for round_ in range(args.rounds):
+        names = list(conditions)
+        names = names[round_ % len(names) :] + names[: round_ % len(names)]
+        for name in names:
+            results[name].append(conditions[name]())
+            print(f"round {round_ + 1}: {name} done", file=sys.stderr, flush=True)
+    floor = median([r["ns_per_call"] for r in results["empty function"]])
+    rows = []
+    for name, runs in results.items():
+        ns = [r["ns_per_call"] for r in runs]
+        records = [r["records"] for r in runs if "records" in r]
+        seconds = [r["seconds"] for r in runs]
+        rows.append(
+            [
+                name,
+                f"{median(ns):,.0f}",
+                f"{min(ns):,.0f}–{max(ns):,.0f}",
+                f"{median(ns) - floor:,.0f}",
+                f"{median(seconds):.2f}",
+                f"{median(records):.0f}" if records else "–",
+            ]
+        )
+    print(
+        table(
+            [
+                "condition",
+                "ns/call (median)",
+                "min–max",
+                "ns/call over the empty call",
+                "timed s",
+                "records radT got",
+            ],
+            rows,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -68,10 +68,9 @@ class _Channel:
             name = os.environ.get("RADT_EVENTS", "")
             if name:
                 try:
-                    self.sock = socket.socket(
-                        socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK
-                    )
-                except OSError:
+                    self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    self.sock.setblocking(False)
+                except (OSError, AttributeError):  # no Unix sockets here
                     self.sock = None
                 else:
                     self.address = "\0" + name[1:] if name.startswith("@") else name
@@ -134,17 +133,23 @@ class _Channel:
 
 
 _channel = _Channel()
-os.register_at_fork(after_in_child=_channel.after_fork)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_channel.after_fork)
 
 
 def _at_exit() -> None:
     channel = _channel
     if channel.pid != os.getpid():
         return
-    with channel.lock:
+    # A timeout, not a deadlock, if a signal handler ended the process inside a call.
+    locked = channel.lock.acquire(timeout=EXIT_WAIT_S)
+    try:
         if channel.calls and channel.total != channel.sent_total:
             channel.counter(channel.last_t)
         channel.send(EXIT_WAIT_S)
+    finally:
+        if locked:
+            channel.lock.release()
 
 
 def log_examples(n: int) -> None:

@@ -402,3 +402,41 @@ def test_without_radt_every_call_is_a_no_op_after_one_notice(tmp_path):
     assert done.stderr.count("radt: not running under radT") == 1
     assert done.stdout == "run id None\n"
     assert not (tmp_path / "mlflow.db").exists()
+
+
+# ------------------------------------------------------------------ the receiving side alone
+
+
+def test_receiver_sums_processes_keeps_one_mark_per_epoch_and_counts_malformed_records():
+    from radt.record.events import EventReceiver
+
+    got, warnings = [], []
+    receiver = EventReceiver(f"test-{uuid.uuid4().hex}", got.extend, warnings.append)
+    address = "\0" + receiver.variable[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as script:
+        for datagram in (
+            b"radt1 10 100.5 examples 64\n",
+            b"radt1 11 100.75 examples 32\nradt1 11 100.75 epoch 0\n",
+            b"radt1 10 101.0 examples 128\nradt1 10 101.0 epoch 0\n",  # epoch 0 again: no mark
+            b"radt1 10 101.25 window 1\n",
+            b"radt1 10 101.5 examples -1\nradt1 10 nan examples 1\nradt1 x 1.0 examples 1\n",
+            b"radt1 10 101.5 bogus 1\nradt2 10 101.5 examples 1\nradt1 10 101.5 epoch 0.5\n",
+            b"\xff\xfe not text",
+        ):
+            script.sendto(datagram, address)
+    receiver.close()
+    receiver.close()  # safe twice
+    assert got == [
+        (100.5, EXAMPLES_KEY, 64.0),
+        (100.75, EXAMPLES_KEY, 96.0),
+        (100.75, EPOCH_KEY, 0.0),
+        (101.0, EXAMPLES_KEY, 160.0),
+        (101.25, WINDOW_KEY, 1.0),
+    ]
+    assert receiver.records == 6 and receiver.malformed == 7
+    assert warnings == [
+        f"ignored 7 malformed run-API record(s) on {receiver.variable} (something other than "
+        "radt.log_examples/log_epoch/start_window wrote there)"
+    ]
+    with pytest.raises(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as late:
+        late.sendto(b"radt1 10 102.0 examples 1\n", address)  # closed: nobody listens

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import select
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -146,6 +147,8 @@ _SKIP = object()
 
 def _bind(run_id: str) -> tuple[socket.socket, str]:
     """A datagram socket bound in the abstract namespace (``radt-<run_id>``, else a unique one)."""
+    if not sys.platform.startswith("linux"):
+        raise OSError(f"abstract Unix sockets need Linux, not {sys.platform}")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
     try:
         try:

@@ -385,6 +385,8 @@ class WorkloadRunner:
         return Outcome("FAILED", 1, {"radt.stop_reason": f"radT could not run it: {failure}"})
 
     def _close(self, codes: list[int], failure: BaseException | None) -> int:
+        for stopping in self._stopping:
+            stopping.join(timeout=60)
         results: dict[int, tuple[str, str]] = {}
         worst = Outcome("FINISHED", 0)
         workload_ended_s = max((c.ended_s for c in self.children if c.ended_s), default=None)

@@ -18,7 +18,6 @@ interleaved, round after round; figures are medians over rounds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -26,7 +25,7 @@ import subprocess
 import sys
 import uuid
 
-from _common import command_line, header, median, python_bin, table
+from _common import arguments, median, python_bin, results, rotated
 
 MEASURE = r"""
 import json, sys, time
@@ -104,55 +103,51 @@ def never_drained(calls: int) -> dict:
         return measure(calls, "radt", {**clean_env(), "RADT_EVENTS": "@" + name})
 
 
+NOTES = """Medians over the rounds; *over the empty call* subtracts the median of *empty
+function*. *records radT got*: what the receiver counted for the whole run (first call, once a
+second, exit)."""
+
+
 def main() -> None:
     """Run every condition ``--rounds`` times, interleaved, and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, machine=False, keep=False)
     parser.add_argument("--calls", type=int, default=2_000_000, help="timed calls per run")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    print(header("radt.log_examples: cost per call", command_line()))
     conditions = {
         "empty function": lambda: measure(args.calls, "empty", clean_env()),
         "no radT": lambda: measure(args.calls, "radt", clean_env()),
         "radT, drained": lambda: drained(args.calls),
         "radT, never drained": lambda: never_drained(args.calls),
     }
-    results: dict[str, list[dict]] = {name: [] for name in conditions}
-    for round_ in range(args.rounds):
-        names = list(conditions)
-        names = names[round_ % len(names) :] + names[: round_ % len(names)]
-        for name in names:
-            results[name].append(conditions[name]())
-            print(f"round {round_ + 1}: {name} done", file=sys.stderr, flush=True)
-    floor = median([r["ns_per_call"] for r in results["empty function"]])
+    runs: dict[str, list[dict]] = {name: [] for name in conditions}
+    for round_no, name in rotated(list(conditions), args.rounds):
+        runs[name].append(conditions[name]())
+        print(f"round {round_no + 1}: {name} done", file=sys.stderr, flush=True)
+    floor = median([r["ns_per_call"] for r in runs["empty function"]])
     rows = []
-    for name, runs in results.items():
-        ns = [r["ns_per_call"] for r in runs]
-        records = [r["records"] for r in runs if "records" in r]
-        seconds = [r["seconds"] for r in runs]
+    for name, done in runs.items():
+        ns = [r["ns_per_call"] for r in done]
+        records = [r["records"] for r in done if "records" in r]
         rows.append(
             [
                 name,
                 f"{median(ns):,.0f}",
                 f"{min(ns):,.0f}–{max(ns):,.0f}",
                 f"{median(ns) - floor:,.0f}",
-                f"{median(seconds):.2f}",
+                f"{median([r['seconds'] for r in done]):.2f}",
                 f"{median(records):.0f}" if records else "–",
             ]
         )
-    print(
-        table(
-            [
-                "condition",
-                "ns/call (median)",
-                "min–max",
-                "ns/call over the empty call",
-                "timed s",
-                "records radT got",
-            ],
-            rows,
-        )
-    )
+    columns = [
+        "condition",
+        "ns/call (median)",
+        "min–max",
+        "ns/call over the empty call",
+        "timed s",
+        "records radT got",
+    ]
+    print(results("radt.log_examples: cost per call", NOTES, columns, rows))
 
 
 if __name__ == "__main__":

@@ -387,6 +387,9 @@ class WorkloadRunner:
     def _close(self, codes: list[int], failure: BaseException | None) -> int:
         for stopping in self._stopping:
             stopping.join(timeout=60)
+        # The workload's device listeners also emit into its runs (per-process series): they
+        # stop before any run closes, on every path.
+        self.parent.stop_sampling()
         results: dict[int, tuple[str, str]] = {}
         worst = Outcome("FINISHED", 0)
         workload_ended_s = max((c.ended_s for c in self.children if c.ended_s), default=None)

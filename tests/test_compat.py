@@ -115,3 +115,55 @@ def test_power_readings_read_a_placeholder_as_missing():
         )
         (readings,) = parse_power(changed)
         assert (readings.current, readings.requested, readings.min, readings.max) == (None,) * 4
+
+
+# -------------------------------------------------------- 17. the original radT's listener names
+
+
+def found_listeners() -> dict:
+    """The built-in listeners as discovery finds them, each taken to be able to run here."""
+    from radt.launch.registry import Discovered, discover
+
+    return {
+        name: Discovered(d.name, d.target, d.listener, None)
+        for name, d in discover().items()
+        if d.listener is not None
+    }
+
+
+def test_the_original_listener_names_select_the_same_listeners(capsys):
+    from radt.launch import registry
+
+    registry.ALIASES_TOLD.clear()
+    found = found_listeners()
+    chosen = registry.select("smi+top+dcgmi", found)
+    assert [listener.name for listener in chosen] == ["smi", "top", "dcgm"]
+    chosen = registry.select("smi+top+dcgmi+iostat+free", found)  # the original's default
+    assert [listener.name for listener in chosen] == ["smi", "top", "dcgm", "iostat"]
+    assert [listener.name for listener in registry.select("ps+free", found)] == ["top"]
+    told = capsys.readouterr().err.splitlines()
+    assert told == [
+        "radt: listener names of the original radT: dcgmi is dcgm; ps and free are parts of top"
+    ]
+    registry.select("dcgmi+ps", found)  # said once per radT process
+    assert capsys.readouterr().err == ""
+
+
+def test_an_unknown_name_is_still_refused_in_one_line():
+    from radt.errors import UsageError
+    from radt.launch.registry import select
+
+    with pytest.raises(UsageError, match=r"^unknown listener nvtop; known listeners: ") as info:
+        select("dcgmi+nvtop", found_listeners())
+    assert "\n" not in str(info.value)
+
+
+def test_a_command_with_the_original_names_runs_and_says_so_once(workspace):
+    workspace.script("job.py", "print('trained')\n")
+    done = workspace.run(["-l", "top+ps+free", "job.py"])
+    assert done.returncode == 0, done.stderr
+    told = [line for line in done.stderr.splitlines() if "original radT" in line]
+    assert told == [
+        "radt: listener names of the original radT: dcgmi is dcgm; ps and free are parts of top"
+    ]
+    assert workspace.only_run().data.tags["radt.listeners"] == "top"

@@ -79,6 +79,13 @@ def launcher_parser() -> argparse.ArgumentParser:
         help="plans: run only workloads whose collocation is among these, e.g. none+naive+mps",
     )
     parser.add_argument(
+        "--workdir",
+        default="script",
+        metavar="script|here",
+        help="plans: run each row in its script's folder (script, the default, as the original "
+        "radT does) or in the current folder (here)",
+    )
+    parser.add_argument(
         "--power-limit",
         type=float,
         metavar="WATTS",
@@ -161,6 +168,7 @@ def run_launcher(argv: list[str]) -> int:
         from pathlib import Path
 
         from radt.plans.runner import PlanOptions, run_plan
+        from radt.plans.workdir import check_mode
 
         return run_plan(
             PlanOptions(
@@ -176,6 +184,7 @@ def run_launcher(argv: list[str]) -> int:
                 power_limit_w=args.power_limit,
                 max_epochs=args.max_epochs,
                 modes=set(args.modes.replace(",", "+").split("+")) if args.modes else None,
+                workdir=check_mode(args.workdir),
             )
         )
     options = LaunchOptions(

@@ -167,3 +167,121 @@ def test_a_command_with_the_original_names_runs_and_says_so_once(workspace):
         "radt: listener names of the original radT: dcgmi is dcgm; ps and free are parts of top"
     ]
     assert workspace.only_run().data.tags["radt.listeners"] == "top"
+
+
+# ------------------------------------------------------ 18. plan rows run in their script's folder
+
+JOB_WITH_DATA = """\
+import argparse
+import pathlib
+import sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--data", default="./data")
+args = parser.parse_args()
+print(pathlib.Path(args.data, "x.txt").read_text().strip())
+pathlib.Path("ran-here.txt").write_text(sys.argv[0])
+"""
+MODULE = """\
+import pathlib
+
+pathlib.Path("module-ran-here.txt").write_text("yes")
+"""
+WORKDIR_PLAN = """\
+Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params
+wd, data, , , , none, sub/job.py, none,
+wd, module, , , , none, python -m mod, none,
+"""
+
+
+def runs_by_name(workspace, experiment: str) -> dict:
+    return {run.info.run_name: run for run in workspace.runs(experiment)}
+
+
+def test_a_plan_row_runs_in_its_scripts_folder_like_the_original(workspace):
+    root = workspace.root
+    (root / "sub" / "data").mkdir(parents=True)
+    (root / "sub" / "data" / "x.txt").write_text("the data\n")
+    workspace.script("sub/job.py", JOB_WITH_DATA)
+    workspace.script("mod.py", MODULE)
+    (root / "plan.csv").write_text(WORKDIR_PLAN)
+    done = workspace.run(["plan.csv"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "the data" in done.stderr + done.stdout
+    # the script ran in sub/, named by its file name (as `python job.py` there)
+    assert (root / "sub" / "ran-here.txt").read_text() == "job.py"
+    assert not (root / "ran-here.txt").exists()
+    # `python -m` has no script folder: it runs here
+    assert (root / "module-ran-here.txt").exists()
+    runs = runs_by_name(workspace, "wd")
+    assert runs["data-A"].info.status == "FINISHED"
+    assert runs["data-A"].data.tags["radt.workdir"] == str(root / "sub")
+    assert runs["module-A"].data.tags["radt.workdir"] == str(root)
+    assert runs["data-A"].data.tags["radt.command"] == "sub/job.py"
+
+
+def test_workdir_here_runs_every_row_from_the_current_folder(workspace):
+    root = workspace.root
+    (root / "sub" / "data").mkdir(parents=True)
+    (root / "sub" / "data" / "x.txt").write_text("the data\n")
+    workspace.script("sub/job.py", JOB_WITH_DATA)
+    (root / "plan.csv").write_text(
+        WORKDIR_PLAN.splitlines(keepends=True)[0] + WORKDIR_PLAN.splitlines(keepends=True)[1]
+    )
+    done = workspace.run(["--workdir", "here", "plan.csv"], timeout=300)
+    assert done.returncode != 0  # ./data is not in the current folder
+    assert "FileNotFoundError" in done.stderr + done.stdout
+    run = runs_by_name(workspace, "wd")["data-A"]
+    assert run.info.status == "FAILED" and run.data.tags["radt.workdir"] == str(root)
+
+
+def test_a_bad_workdir_is_one_line(workspace):
+    (workspace.root / "plan.csv").write_text(WORKDIR_PLAN)
+    done = workspace.run(["--workdir", "there", "plan.csv"])
+    assert done.returncode == 2
+    assert "--workdir" in done.stderr and "script" in done.stderr and "here" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_relative_sqlite_store_is_the_same_store_from_the_scripts_folder(workspace):
+    """MLFLOW_TRACKING_URI=sqlite:///mlflow.db is the current folder's store wherever rows run."""
+    root = workspace.root
+    (root / "sub").mkdir()
+    workspace.script("sub/logs.py", "import mlflow\n\nmlflow.log_metric('from_script', 7)\n")
+    (root / "plan.csv").write_text(
+        "Experiment, Workload, File, Listeners\nwd, logs, sub/logs.py, none\n"
+    )
+    env = {**workspace.env, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
+    done = workspace.run(["plan.csv"], env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    run = runs_by_name(workspace, "wd")["logs-A"]
+    assert run.data.metrics["from_script"] == 7
+    assert not (root / "sub" / "mlflow.db").exists()
+
+
+def test_place_finds_the_file_of_each_kind_of_row(tmp_path, monkeypatch):
+    from radt.plans.workdir import absolute_store, place
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "job.py").write_text("")
+    (tmp_path / "sub" / "run.sh").write_text("")
+    python = sys.executable
+    sub = tmp_path / "sub"
+    assert place([python, "sub/job.py", "--lr", "1"], "script") == (
+        [python, "job.py", "--lr", "1"],
+        sub,
+    )
+    assert place(["python3", "-u", "-X", "dev", "sub/job.py"], "script") == (
+        ["python3", "-u", "-X", "dev", "job.py"],
+        sub,
+    )
+    assert place(["sub/run.sh", "x"], "script") == (["./run.sh", "x"], sub)
+    assert place(["python", "-m", "sub.job"], "script") == (["python", "-m", "sub.job"], tmp_path)
+    assert place(["echo", "sub/job.py"], "script") == (["echo", "sub/job.py"], tmp_path)
+    assert place([python, "sub/job.py"], "here") == ([python, "sub/job.py"], tmp_path)
+    assert absolute_store("sqlite:///mlflow.db") == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert absolute_store("sqlite:////abs/mlflow.db") == "sqlite:////abs/mlflow.db"
+    assert absolute_store("mlruns") == str(tmp_path / "mlruns")
+    assert absolute_store("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    assert absolute_store("postgresql://u@h/db") == "postgresql://u@h/db"

@@ -4,7 +4,8 @@ Column names are matched case-insensitively, ignoring spaces, ``_`` and ``-``;
 only ``Experiment``, ``Workload`` and ``File`` are required. Cells are
 whitespace-tolerant (``1, 1, , , 0, mps`` is fine), ``-`` means empty. A
 ``File`` that is a ``.py`` script (or ``python [opts] script.py``) must exist;
-relative paths are resolved from the current folder, as the original radT does.
+relative paths are resolved from the current folder, as the original radT does
+(the row then runs in its script's folder: see :mod:`radt.plans.workdir`).
 ``File`` and ``Params`` are split with :func:`shlex.split` and never pass
 through a shell: ``; rm -rf ~`` is four arguments.
 """

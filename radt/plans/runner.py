@@ -26,6 +26,7 @@ from radt.launch.supervise import Outcome, Supervisor
 from radt.listener import Client, Listener
 from radt.plans.model import Plan, PlanError, Row, Workload, format_problems
 from radt.plans.read import read_plan
+from radt.plans.workdir import absolute_store, place
 from radt.tracking import experiment_id
 
 COLOURS = ("36", "33", "35", "32", "34", "31")
@@ -49,6 +50,8 @@ class PlanOptions:
     max_epochs: int | None = None
     modes: set[str] | None = None
     """Run only workloads whose every row's collocation mode is in this set."""
+    workdir: str = "script"
+    """``script``: each row runs in its script's folder (as the original radT); ``here``."""
 
 
 def run_plan(options: PlanOptions) -> int:
@@ -285,6 +288,7 @@ class WorkloadRunner:
 
     def _prepare(self, index: int, row: Row, slot: collocation.Slot) -> None:
         listeners = self.row_listeners[row.line]
+        argv, cwd = place(resolve_argv(row.command), self.options.workdir)
         run = RecordedRun(
             self.client,
             self.uri,
@@ -295,6 +299,7 @@ class WorkloadRunner:
                 **slot.tags,
                 "radt.letter": row.letter,
                 "radt.plan_line": str(row.line),
+                "radt.workdir": str(cwd),
             },
             params=run_params(row.command),
             # A fresh instance per run: a listener object observes one process tree.
@@ -308,15 +313,18 @@ class WorkloadRunner:
         )
         self.runs.append(run)
         env = child_env(
-            {**self.original_env, **row.env}, self.uri, run, [], self.options.max_epochs
+            {**self.original_env, **row.env},
+            absolute_store(self.uri),
+            run,
+            [],
+            self.options.max_epochs,
         )
         env.update(slot.env)
         if sys.stdout.isatty():
             prefix = f"\x1b[{COLOURS[index % len(COLOURS)]}m[{row.letter}]\x1b[0m "
         else:
             prefix = f"[{row.letter}] "
-        argv = run.wrap(resolve_argv(row.command))
-        self.children.append(Child(argv, env, run.output_log, prefix))
+        self.children.append(Child(run.wrap(argv), env, run.output_log, prefix, cwd))
 
     def _start(self) -> None:
         for child, run in zip(self.children, self.runs, strict=True):

@@ -285,3 +285,25 @@ def test_place_finds_the_file_of_each_kind_of_row(tmp_path, monkeypatch):
     assert absolute_store("mlruns") == str(tmp_path / "mlruns")
     assert absolute_store("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
     assert absolute_store("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+# ------------------------------------------------------------------ 19. params, as README says
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_readme_says_what_radt_records_as_params_and_how_the_original_differs():
+    import re
+    import shlex
+
+    from radt.launch.command import params_from_args
+
+    readme = (REPO / "README.md").read_text()
+    assert "the way the original radT does" not in readme
+    section = readme[readme.index("- **params**") : readme.index("- **the script's own logging**")]
+    examples = re.findall(r"`(--[^`]+)` → `([^`=]+)=([^`]*)`", section)
+    assert len(examples) >= 3, section
+    for flag, name, value in examples:
+        assert params_from_args(shlex.split(flag)) == {name: value}, flag
+    assert params_from_args(["--amp"]) == {"amp": "True"}  # the better value stays
+    assert '`amp=""`' in section  # and the original's is named

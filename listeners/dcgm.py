@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from radt.listener import RunContext, Sample, samples_from
 from radt.record.streamed import StreamedListener
+from radt.words import count
 
 from ._gpus import requested
 from ._tools import ToolError, first_sentence, found, gpus_of_run, number, run_tool
@@ -352,7 +353,7 @@ class DcgmListener(StreamedListener):
         """Cut a row at the header's column starts (a value with a blank in it)."""
         starts = self._starts
         if not starts or text[: starts[0]].strip() != entity.strip() or len(text) <= starts[-1]:
-            raise ValueError(f"{len(text[len(entity) :].split())} values, a short row")
+            raise ValueError(f"{count(len(text[len(entity) :].split()), 'value')}, a short row")
         ends = [*starts[1:], len(text)]
         cells = [text[a:b].strip() for a, b in zip(starts, ends, strict=True)]
         if not all(cells):

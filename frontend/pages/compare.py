@@ -14,6 +14,8 @@ from radt.frontend.figures import (
 )
 from radt.frontend.style import empty_figure
 
+from radt.words import count
+
 CHARTS = ("cmp-efficiency", "cmp-bars", "cmp-slowdown", "cmp-util")
 
 
@@ -36,6 +38,19 @@ def layout() -> html.Div:
             _graph(CHARTS[1]),
             _graph(CHARTS[3]),
         ],
+    )
+
+
+def compare_note(workloads: int, chosen: int) -> str:
+    """What the charts compare: the selected runs' workloads, or every workload."""
+    if chosen:
+        return (
+            f"The {count(workloads, 'workload')} of the {count(chosen, 'selected run')}. "
+            "Colour: collocation mode; grouped by power limit."
+        )
+    return (
+        f"Every workload of the experiment ({workloads}); tick runs on the Runs page "
+        "to narrow the comparison. Colour: collocation mode; grouped by power limit."
     )
 
 
@@ -63,17 +78,7 @@ def register(app: Dash, store: Store) -> None:
             message = "This experiment has no runs yet."
             return [message, *(empty_figure(message) for _ in CHARTS)]
         shown = normalise(focus(frame, chosen))
-        workloads = int((shown["level"] != "client").sum())
-        if chosen:
-            note = (
-                f"The {workloads} workload(s) of the {len(chosen)} selected runs. Colour: "
-                "collocation mode; grouped by power limit."
-            )
-        else:
-            note = (
-                f"Every workload of the experiment ({workloads}); tick runs on the Runs page "
-                "to narrow the comparison. Colour: collocation mode; grouped by power limit."
-            )
+        note = compare_note(int((shown["level"] != "client").sum()), len(chosen))
         return [
             note,
             efficiency_figure(shown),

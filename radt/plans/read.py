@@ -33,6 +33,7 @@ from radt.plans.model import (
     clean,
 )
 from radt.plans.scanner import Record, physical_lines, read_text, scan
+from radt.words import count
 
 _COLLOCATION_HELP = "use -, none, naive, mps, mps:PCT or a MIG profile like 3g.40gb"
 _MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb((?:[+-][a-z]+(?:\.[a-z]+)?)*)$")
@@ -245,7 +246,7 @@ def _shape_problems(record: Record, columns: list[str | None]) -> list[str]:
 
 def _too_many_cells(cells: int, columns: int) -> str:
     return (
-        f"{cells} cells, but the header names {columns} columns "
+        f"{count(cells, 'cell')}, but the header names {count(columns, 'column')} "
         '(quote a cell that contains commas, e.g. "0,1")'
     )
 

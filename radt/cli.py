@@ -74,6 +74,11 @@ def launcher_parser() -> argparse.ArgumentParser:
         "--rerun", action="store_true", help="plans: run FAILED workloads again (FINISHED never)"
     )
     parser.add_argument(
+        "--rerun-all",
+        action="store_true",
+        help="plans: run every workload again, FINISHED ones too (new runs)",
+    )
+    parser.add_argument(
         "--modes",
         metavar="MODES",
         help="plans: run only workloads whose collocation is among these, e.g. none+naive+mps",
@@ -174,6 +179,7 @@ def run_launcher(argv: list[str]) -> int:
             PlanOptions(
                 path=Path(command[0]),
                 rerun=args.rerun,
+                rerun_all=args.rerun_all,
                 listeners=args.listeners,
                 listener_options=parse_listener_options(args.listener_option),
                 interval_s=args.interval,

@@ -307,3 +307,121 @@ def test_readme_says_what_radt_records_as_params_and_how_the_original_differs():
         assert params_from_args(shlex.split(flag)) == {name: value}, flag
     assert params_from_args(["--amp"]) == {"amp": "True"}  # the better value stays
     assert '`amp=""`' in section  # and the original's is named
+
+
+# ------------------------------------------------------------------ 24. counting things in messages
+
+
+def test_count_says_one_run_and_two_runs():
+    from radt.words import count
+
+    assert count(1, "run") == "1 run"
+    assert count(0, "run") == "0 runs"
+    assert count(2, "single run") == "2 single runs"
+    assert count(1, "summary row") == "1 summary row"
+    assert count(1234, "sample") == "1,234 samples"
+    assert count(3, "entry") == "3 entries" and count(2, "key") == "2 keys"
+    assert count(2, "run in them", "runs in them") == "2 runs in them"
+    assert count(1, "run in them", "runs in them") == "1 run in them"
+
+
+def test_the_ui_notes_count_one_thing_as_one():
+    from radt.frontend.pages.compare import compare_note
+    from radt.frontend.pages.runs import runs_note
+
+    assert runs_note("radt-demo", ["run"]).startswith("radt-demo: 1 single run. ")
+    assert runs_note("s", ["workload", "client", "client", "run"]).startswith(
+        "s: 1 workload, 2 runs in them, 1 single run. "
+    )
+    assert compare_note(1, 1).startswith("The 1 workload of the 1 selected run. ")
+    assert compare_note(2, 3).startswith("The 2 workloads of the 3 selected runs. ")
+    assert compare_note(1, 0).startswith("Every workload of the experiment (1); ")
+
+
+def test_no_message_counts_with_a_bracketed_s():
+    import io
+    import re
+    import tokenize
+
+    sources = [*REPO.glob("radt/**/*.py"), *REPO.glob("listeners/*.py")]
+    sources += [*REPO.glob("frontend/**/*.py")]
+    found = [
+        f"{path.relative_to(REPO)}:{token.start[0]}"
+        for path in sources
+        for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        if token.type == tokenize.STRING and re.search(r"\w\(s\)(?!:)", token.string)
+    ]
+    assert found == []
+
+
+def test_export_counts_one_row_of_one_run(workspace):
+    workspace.script("job.py", "print('trained')\n")
+    assert workspace.run(["-l", "none", "job.py"]).returncode == 0
+    done = workspace.run(["export", "-e", "Default", "--summary", "-o", "out.csv"])
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "radt: wrote 1 summary row of 1 run to out.csv"
+
+
+# ------------------------------------------------------------------ 23. a new user's first hour
+
+
+def test_make_demo_points_at_radt_ui_too():
+    import subprocess
+
+    done = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "radt ui" in done.stdout and "mlflow ui" in done.stdout
+
+
+def test_no_instruction_runs_a_tracked_example_plan_in_place():
+    import re
+
+    texts = [REPO / "README.md", *REPO.glob("examples/*"), *REPO.glob("frontend/**/*.py")]
+    texts += [*REPO.glob("docs/*.md")]
+    found = [
+        f"{path.relative_to(REPO)}: {match}"
+        for path in texts
+        if path.is_file()
+        for match in re.findall(r"radt [^\n`\"]*examples/\S+\.csv", path.read_text())
+    ]
+    assert found == []
+
+
+def test_the_readme_example_plan_runs_on_a_copy_and_says_how_to_run_it_again(workspace):
+    import filecmp
+    import shlex
+    import shutil
+    import subprocess
+
+    root = workspace.root
+    shutil.copytree(REPO / "examples", root / "examples")
+    readme = (REPO / "README.md").read_text()
+    (copy_line,) = [
+        line.split("#")[0].strip()
+        for line in readme.splitlines()
+        if line.startswith("cp examples/collocation.csv ")
+    ]
+    copy = shlex.split(copy_line)
+    subprocess.run(copy, cwd=root, check=True)
+    study = copy[-1]
+    assert f"radt {study}" in readme
+
+    done = workspace.run([study], timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert filecmp.cmp(root / "examples" / "collocation.csv", REPO / "examples" / "collocation.csv")
+    assert [p.name for p in root.rglob("*.lock")] == []
+    first = (root / study).read_text()
+    assert first.count("FINISHED") == 3
+
+    again = workspace.run([study])
+    assert again.returncode == 0
+    told = [line for line in again.stderr.splitlines() if "nothing to run" in line]
+    assert len(told) == 1, again.stderr
+    assert "--rerun-all" in told[0] and "2 workloads" in told[0]
+
+    rerun = workspace.run(["--rerun-all", "--modes", "none", study], timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    runs = [run for run in workspace.runs("collocation-demo") if run.info.run_name == "alone-A"]
+    assert len(runs) == 2
+    assert (root / study).read_text().count("FINISHED") == 3
+    assert (root / study).read_text() != first  # the new run's id is written back

@@ -9,6 +9,8 @@ import pandas as pd
 from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from radt.frontend.data import DataError, Store
 
+from radt.words import count
+
 HIDDEN = {"height": "0px", "display": "none"}
 LEVELS = {"provider": "workload", "client": "client", "run": "run"}
 _BLANK = "params.value == null ? '' : "
@@ -93,6 +95,23 @@ def grid_rows(frame: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def runs_note(name: str, kinds: list[str]) -> str:
+    """The line above the grid: ``name: 1 workload, 2 runs in them, 1 single run. Tick …``."""
+    counts = ", ".join(
+        count(kinds.count(kind), noun, many)
+        for kind, noun, many in (
+            ("workload", "workload", None),
+            ("client", "run in them", "runs in them"),
+            ("run", "single run", None),
+        )
+        if kinds.count(kind)
+    )
+    return (
+        f"{name}: {counts}. Tick runs to overlay their series and compare them; "
+        "click a header to sort."
+    )
+
+
 def layout() -> html.Div:
     """The page: experiment picker, quick filter, the grid."""
     return html.Div(
@@ -154,8 +173,9 @@ def _empty_note(store: Store, what: str) -> html.Div:
                 [
                     "Record runs with ",
                     html.Code("radt train.py"),
-                    " or a plan such as ",
-                    html.Code("radt examples/collocation.csv"),
+                    " or a copy of an example plan (",
+                    html.Code("cp examples/collocation.csv my-study.csv; radt my-study.csv"),
+                    ")",
                     f" (tracking store {store.label}), then press Refresh.",
                 ]
             ),
@@ -227,20 +247,7 @@ def register(app: Dash, store: Store) -> None:
         if (selection or {}).get("experiment") == experiment:
             have = {row["run_id"] for row in data}
             kept = [r["run_id"] for r in selection.get("runs", []) if r["run_id"] in have]
-        kinds = [row["kind"] for row in data]
-        counts = ", ".join(
-            f"{kinds.count(kind)} {label}"
-            for kind, label in (
-                ("workload", "workloads"),
-                ("client", "runs in them"),
-                ("run", "single runs"),
-            )
-            if kinds.count(kind)
-        )
-        note = (
-            f"{name}: {counts}. Tick runs to overlay their series and compare them; "
-            "click a header to sort."
-        )
+        note = runs_note(name, [row["kind"] for row in data])
         height = {"height": f"{min(640, 100 + 42 * len(data))}px"}
         return data, {"ids": kept}, height, note, chosen
 

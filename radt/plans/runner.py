@@ -24,10 +24,11 @@ from radt.launch.registry import Discovered, discover, select
 from radt.launch.session import RecordedRun, say
 from radt.launch.supervise import Outcome, Supervisor
 from radt.listener import Client, Listener
-from radt.plans.model import Plan, PlanError, Row, Workload, format_problems
+from radt.plans.model import FAILED, FINISHED, Plan, PlanError, Row, Workload, format_problems
 from radt.plans.read import read_plan
 from radt.plans.workdir import absolute_store, place
 from radt.tracking import experiment_id
+from radt.words import count
 
 COLOURS = ("36", "33", "35", "32", "34", "31")
 SEVERITY = {"FINISHED": 0, "FAILED": 1, "KILLED": 2}
@@ -50,6 +51,8 @@ class PlanOptions:
     max_epochs: int | None = None
     modes: set[str] | None = None
     """Run only workloads whose every row's collocation mode is in this set."""
+    rerun_all: bool = False
+    """Run every workload again, FINISHED ones too."""
     workdir: str = "script"
     """``script``: each row runs in its script's folder (as the original radT); ``here``."""
 
@@ -68,15 +71,12 @@ def run_plan(options: PlanOptions) -> int:
     problems += check_plan(plan, pending, options, found)
     if problems:
         raise UsageError(_report(options.path, problems))
-    skipped = len(plan.workloads) - len(pending)
-    if skipped:
-        say(
-            f"skipping {skipped} workload(s): done already (--rerun runs FAILED ones again)"
-            + (" or not among --modes" if options.modes else "")
-        )
+    skipped = _skipped(plan, pending, options)
     if not pending:
-        say(f"nothing to run in {options.path}")
+        say(f"nothing to run in {options.path}: {skipped}")
         return 0
+    if len(pending) < len(plan.workloads):
+        say(f"skipping {skipped}")
     client, uri, original_env = open_store(options.tracking_uri)
     worst = 0
     # SIGTERM and SIGHUP outside a running workload (e.g. during MIG setup) must
@@ -93,6 +93,22 @@ def run_plan(options: PlanOptions) -> int:
     return worst
 
 
+def _skipped(plan: Plan, pending: list[Workload], options: PlanOptions) -> str:
+    """Which workloads will not run, why, and how to run them: ``2 workloads (2 FINISHED); …``."""
+    left = [w for w in plan.workloads if w not in pending]
+    finished = sum(w.status == FINISHED for w in left)
+    failed = sum(w.status == FAILED and not options.rerun for w in left)
+    other = len(left) - finished - failed
+    why = [f"{finished} FINISHED"] * bool(finished) + [f"{failed} FAILED"] * bool(failed)
+    why += [f"{other} not among --modes {'+'.join(sorted(options.modes or ()))}"] * bool(other)
+    how = []
+    if failed:
+        how.append("--rerun runs FAILED workloads again")
+    if finished:
+        how.append("--rerun-all runs every workload again (new runs)")
+    return f"{count(len(left), 'workload')} ({', '.join(why)})" + "".join(f"; {h}" for h in how)
+
+
 def _report(path: Path, problems: list[str]) -> str:
     """All problems, ordered by their first line number, under one count line."""
 
@@ -100,9 +116,10 @@ def _report(path: Path, problems: list[str]) -> str:
         match = re.search(r" lines? (\d+)", problem)
         return int(match[1]) if match else 0
 
-    count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
     ordered = sorted(dict.fromkeys(problems), key=first_line)
-    return f"{path} has {count}; nothing was started:\n" + "\n".join(ordered)
+    return f"{path} has {count(len(ordered), 'problem')}; nothing was started:\n" + "\n".join(
+        ordered
+    )
 
 
 class Interrupted(KeyboardInterrupt):
@@ -146,7 +163,7 @@ def check_plan(
 
 
 def _selected(plan: Plan, options: PlanOptions) -> list[Workload]:
-    pending = plan.pending(options.rerun)
+    pending = list(plan.workloads) if options.rerun_all else plan.pending(options.rerun)
     if options.modes is None:
         return pending
     return [w for w in pending if {row.collocation.mode for row in w.rows} <= options.modes]

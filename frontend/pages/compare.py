@@ -67,10 +67,11 @@ def register(app: Dash, store: Store) -> None:
         selection = selection or {}
         chosen = [r["run_id"] for r in selection.get("runs", [])]
         exp = selection.get("experiment") if chosen else (experiment or {}).get("id")
-        if not exp:
-            message = "No experiment chosen: pick one on the Runs page."
-            return [message, *(empty_figure(message) for _ in CHARTS)]
         try:
+            exp = exp or store.default_experiment()  # a fresh tab: what the Runs page shows
+            if not exp:
+                message = "No experiments yet: record runs, then pick one on the Runs page."
+                return [message, *(empty_figure(message) for _ in CHARTS)]
             frame = store.summary(exp)
         except DataError as exc:
             return [str(exc), *(empty_figure(str(exc)) for _ in CHARTS)]

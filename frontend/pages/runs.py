@@ -12,6 +12,22 @@ from radt.frontend.data import DataError, Store
 from radt.words import count
 
 HIDDEN = {"height": "0px", "display": "none"}
+SCROLL_LEFT = "scroll the columns left (the run column stays)"
+SCROLL_RIGHT = "scroll the columns right: more columns (the run column stays)"
+SCROLL_JS = """
+function(_left, _right) {
+    const ctx = window.dash_clientside.callback_context;
+    const which = ctx.triggered.length ? ctx.triggered[0].prop_id.split(".")[0] : null;
+    const bar = document.querySelector("#runs-grid .ag-body-horizontal-scroll-viewport");
+    if (bar && (which === "runs-left" || which === "runs-right")) {
+        const step = Math.max(200, bar.clientWidth * 0.8);
+        bar.scrollBy({left: which === "runs-right" ? step : -step});
+    }
+    return window.dash_clientside.no_update;
+}
+"""
+"""Scrolls the grid sideways by most of its width: the buttons work where scrollbars do not
+show (overlay scrollbars appear only while one scrolls, on macOS and in headless Chromium)."""
 LEVELS = {"provider": "workload", "client": "client", "run": "run"}
 _BLANK = "params.value == null ? '' : "
 _NUMBER = {"function": _BLANK + "d3.format(',.1f')(params.value)"}
@@ -130,6 +146,15 @@ def layout() -> html.Div:
                         debounce=False,
                         style={"width": "200px"},
                     ),
+                    html.Span(
+                        className="radt-scroll",
+                        children=[
+                            html.Span("columns", className="radt-scroll-label"),
+                            html.Button("◀", id="runs-left", n_clicks=0, title=SCROLL_LEFT),
+                            html.Button("▶", id="runs-right", n_clicks=0, title=SCROLL_RIGHT),
+                        ],
+                    ),
+                    dcc.Store(id="runs-scrolled"),
                 ],
             ),
             html.Div(id="runs-note", className="radt-note"),
@@ -149,6 +174,7 @@ def layout() -> html.Div:
                     "selectionColumnDef": {"pinned": "left", "width": 48, "maxWidth": 48},
                     "animateRows": False,
                     "tooltipShowDelay": 300,
+                    "alwaysShowHorizontalScroll": True,
                 },
                 getRowStyle={
                     "styleConditions": [
@@ -207,7 +233,7 @@ def register(app: Dash, store: Store) -> None:
         chosen = (current or {}).get("id")
         if chosen not in ids:
             try:
-                chosen = store.latest_experiment(found) or ids[0]
+                chosen = store.default_experiment(found)
             except DataError:
                 chosen = ids[0]
         return options, chosen, no_update
@@ -248,7 +274,8 @@ def register(app: Dash, store: Store) -> None:
             have = {row["run_id"] for row in data}
             kept = [r["run_id"] for r in selection.get("runs", []) if r["run_id"] in have]
         note = runs_note(name, [row["kind"] for row in data])
-        height = {"height": f"{min(640, 100 + 42 * len(data))}px"}
+        # room for every row (up to 12) and a horizontal scrollbar under them
+        height = {"height": f"{min(656, 116 + 42 * len(data))}px"}
         return data, {"ids": kept}, height, note, chosen
 
     @app.callback(
@@ -264,6 +291,14 @@ def register(app: Dash, store: Store) -> None:
         runs = [{"run_id": r["run_id"], "run_name": r.get("run_name")} for r in selected]
         current = {"experiment": experiment, "runs": runs}
         return no_update if current == previous else current
+
+    app.clientside_callback(
+        SCROLL_JS,
+        Output("runs-scrolled", "data"),
+        Input("runs-left", "n_clicks"),
+        Input("runs-right", "n_clicks"),
+        prevent_initial_call=True,
+    )
 
     @app.callback(
         Output("runs-grid", "dashGridOptions"),

@@ -333,7 +333,7 @@ def test_streams_the_fakes_values_and_reaps_it_on_stop(fakes_on_path, tmp_path):
 def test_streams_the_dcgm2_layout_of_the_fake(fakes_on_path, tmp_path):
     """A DCGM 2.x host records the same series, header repeats included."""
     fakes_on_path.setenv("FAKE_DCGMI_LAYOUT", "2")
-    collected = Collected(tmp_path, interval_s=0.1)
+    collected = Recorded(tmp_path, interval_s=0.1)
     listener = DcgmListener()
     listener.start(collected.context)
     try:
@@ -350,7 +350,7 @@ def test_streams_the_dcgm2_layout_of_the_fake(fakes_on_path, tmp_path):
 def test_dcgm2_profiling_busy_falls_back_with_one_warning(fakes_on_path, tmp_path):
     fakes_on_path.setenv("FAKE_DCGMI_LAYOUT", "2")
     fakes_on_path.setenv("FAKE_DCGMI_PROF_BUSY", "1")
-    collected = Collected(tmp_path)
+    collected = Recorded(tmp_path)
     listener = DcgmListener()
     listener.start(collected.context)
     try:

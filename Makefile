@@ -14,7 +14,8 @@ demo: install
 	$(PYTHON) -m radt -e radt-demo examples/train.py --epochs 1
 	@echo
 	@echo "The run is in ./mlflow.db (experiment radt-demo). Look at it with:"
-	@echo "  mlflow ui --backend-store-uri sqlite:///mlflow.db   # then open http://127.0.0.1:5000"
+	@echo "  radt ui                                             # radT's pages: runs, time series, compare; http://127.0.0.1:8050/"
+	@echo "  mlflow ui --backend-store-uri sqlite:///mlflow.db   # MLflow's own UI; http://127.0.0.1:5000"
 	@echo "Samples at full rate: the artifact radt/samples.parquet of the run."
 
 lint:

@@ -5,7 +5,8 @@
 # which also runs top to bottom as a plain script:
 #
 # ```
-# radt examples/collocation.csv      # the study: one job alone, then two copies together
+# cp examples/collocation.csv my-study.csv   # radT writes progress into the plan: use a copy
+# radt my-study.csv                  # the study: one job alone, then two copies together
 # python examples/analysis.py        # in the same folder (it reads ./mlflow.db,
 #                                    # or MLFLOW_TRACKING_URI)
 # ```

@@ -173,6 +173,14 @@ class Store:
 
         return self._call(read)
 
+    def default_experiment(self, found: Sequence[Experiment] | None = None) -> str | None:
+        """The experiment a page shows before one is picked: the one with the newest run,
+        else the most recently updated one (of ``found``, default all); None without any."""
+        found = self.experiments() if found is None else found
+        if not found:
+            return None
+        return self.latest_experiment(found) or found[0].id
+
     def summary(self, experiment: str | None = None, runs: Sequence[str] | None = None):
         """``radt.summary.summary`` of an experiment (by id) or of runs."""
         from radt.analysis.summary import summary

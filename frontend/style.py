@@ -81,4 +81,6 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; ma
 .radt-grid-2 { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
 @media (max-width: 1100px) { .radt-grid-2 { grid-template-columns: 1fr; } }
 .radt-row-provider { font-weight: 600; }
+.radt-scroll { display: inline-flex; align-items: center; gap: 4px; margin-left: auto; }
+.radt-scroll-label { color: #555; font-size: 13px; margin-right: 2px; }
 """

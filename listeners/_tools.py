@@ -1,29 +1,26 @@
 """Running NVIDIA command-line tools once, and reading their values; shared by ``smi`` and ``dcgm``.
 
 Both tools print a placeholder where a value is missing (``[N/A]``,
-``[Not Supported]``, ``N/A``): :func:`number` turns those into None (missing,
-never zero) and refuses anything else that is not a number, so that a
-garbled line is skipped and counted instead of being recorded wrong.
+``[Not Supported]``, ``N/A``, …; see :mod:`radt.placeholders`): :func:`number`
+turns those into None (missing, never zero) and refuses anything else that is
+not a number, so that a garbled line is skipped and counted instead of being
+recorded wrong.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from radt.placeholders import is_placeholder
+
 from ._gpus import Gpu, parse_nvidia_smi_l, requested, resolve
 
 TOOL_TIMEOUT_S = 15.0
 """How long a one-shot call (``nvidia-smi -L``, ``dcgmi discovery -c``) may take."""
-
-_PLACEHOLDER = re.compile(r"^\[[^\]]*\]$")
-"""nvidia-smi's missing values: ``[N/A]``, ``[Not Supported]``, ``[Unknown Error]``, ..."""
-_MISSING = "N/A"
-"""dcgmi's missing value (``cNA`` in dcgmi/DeviceMonitor.cpp)."""
 
 
 class ToolError(RuntimeError):
@@ -82,7 +79,7 @@ def first_sentence(line: str) -> str:
 def number(text: str) -> float | None:
     """A tool's value as a float; None for a placeholder; ValueError for anything else."""
     value = text.strip()
-    if value == _MISSING or _PLACEHOLDER.match(value):
+    if is_placeholder(value):
         return None
     result = float(value)
     if not math.isfinite(result):

@@ -19,7 +19,9 @@ nothing outside DCGM). A row of an entity that discovery did not list is
 skipped and counted.
 
 Columns are found by name in the ``#Entity`` header (which dcgmi prints again
-every 14 samples); ``N/A`` is missing, never zero. Before streaming, one
+every 14 samples); ``N/A`` is missing, never zero. DCGM 2.0-2.3 print an
+older layout that parses the same: a ``# Entity`` header, an ``Id`` units
+line and right-aligned rows (``    GPU 0  0.457  0.442``). Before streaming, one
 ``dcgmi dmon … -c 1`` checks that the profiling fields can be watched: when
 dcgmi answers ``Error setting watches`` (profiling not supported on this GPU,
 or held by a profiler such as Nsight), radT warns once naming the dropped
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 
 from radt.listener import RunContext, Sample, samples_from
 from radt.record.streamed import StreamedListener
+from radt.words import count
 
 from ._gpus import requested
 from ._tools import ToolError, first_sentence, found, gpus_of_run, number, run_tool
@@ -72,7 +75,7 @@ MIN_INTERVAL_MS = 100
 HOSTENGINE_DOWN = "DCGM host engine not running"
 WATCH_ERROR = "Error setting watches"
 
-_ENTITY = re.compile(r"^(GPU|GPU-I|GPU-CI) (\d+)(?=\s|$)")
+_ENTITY = re.compile(r"^\s*(GPU|GPU-I|GPU-CI) (\d+)(?=\s|$)")
 _GI_LINE = re.compile(r"->\s*I\s+(\d+)/(\d+)\s*\|.*?EntityID:\s*(\d+)")
 _CI_LINE = re.compile(r"->\s*CI\s+(\d+)/(\d+)/(\d+)\s*\|.*?EntityID:\s*(\d+)")
 
@@ -136,6 +139,7 @@ class DcgmListener(StreamedListener):
         self.clock = time.time
         self._columns: list[str | None] | None = None
         self._starts: list[int] = []
+        """Where each column starts (left-aligned layout); [] in DCGM 2.x's right-aligned one."""
         self._energy_start: dict[str, float] = {}
         self._lock = threading.Lock()
         self._cancelled = False
@@ -300,10 +304,10 @@ class DcgmListener(StreamedListener):
         words = text.split()
         if not words:
             return []
-        if words[0] == "#Entity":
+        if words[0] == "#Entity" or words[:2] == ["#", "Entity"]:  # DCGM 3+, DCGM 2.x
             self._read_header(text)
             return []
-        if words[0] == "ID":  # the units line under the header
+        if words[0] in ("ID", "Id"):  # the units line under the header (DCGM 3+, 2.x)
             return []
         if _ENTITY.match(text):
             return self._read_row(text)
@@ -312,7 +316,8 @@ class DcgmListener(StreamedListener):
         raise ValueError("not a dcgmi dmon header or row")
 
     def _read_header(self, text: str) -> None:
-        matches = list(re.finditer(r"\S+", text))[1:]
+        right_aligned = text.startswith("# ")
+        matches = list(re.finditer(r"\S+", text))[2 if right_aligned else 1 :]
         names = [match.group() for match in matches]
         columns = [QUANTITY_OF_NAME.get(name) for name in names]
         if None in columns and len(names) == len(self.fields):
@@ -322,7 +327,9 @@ class DcgmListener(StreamedListener):
                 for quantity, fid in zip(columns, self.fields, strict=True)
             ]
         self._columns = columns
-        self._starts = [match.start() for match in matches]
+        # DCGM 2.x's rows are right-aligned and shifted by the width of the entity id:
+        # no column positions to cut them at (their values never hold a blank)
+        self._starts = [] if right_aligned else [match.start() for match in matches]
 
     def _read_row(self, text: str) -> list[Sample]:
         if self._columns is None:
@@ -345,8 +352,8 @@ class DcgmListener(StreamedListener):
     def _cells_by_position(self, text: str, entity: str) -> list[str]:
         """Cut a row at the header's column starts (a value with a blank in it)."""
         starts = self._starts
-        if not starts or text[: starts[0]].strip() != entity or len(text) <= starts[-1]:
-            raise ValueError(f"{len(text[len(entity) :].split())} values, a short row")
+        if not starts or text[: starts[0]].strip() != entity.strip() or len(text) <= starts[-1]:
+            raise ValueError(f"{count(len(text[len(entity) :].split()), 'value')}, a short row")
         ends = [*starts[1:], len(text)]
         cells = [text[a:b].strip() for a, b in zip(starts, ends, strict=True)]
         if not all(cells):

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from radt.listener import Listener, RunContext, samples_from
+from radt.words import count
 
 from ._reports import ns_per, number, read_table, run_tool, timeout_option, write_csv
 
@@ -225,7 +226,8 @@ class NcuListener(Listener):
             return
         run.set_tag("radt.ncu.skipped_lines", str(summary.skipped))
         if summary.skipped:
-            run.warn(f"listener ncu: skipped {summary.skipped} unreadable line(s) of ncu --import")
+            unreadable = count(summary.skipped, "unreadable line")
+            run.warn(f"listener ncu: skipped {unreadable} of ncu --import")
         if summary.launches == 0:
             run.warn(f"listener ncu: {report.name} holds no profiled kernel")
             return

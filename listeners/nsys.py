@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from radt.listener import Listener, RunContext, samples_from
+from radt.words import count
 
 from ._reports import (
     ToolResult,
@@ -240,7 +241,8 @@ class NsysListener(Listener):
         run.set_tag("radt.nsys.report", name)
         run.set_tag("radt.nsys.skipped_lines", str(summary.skipped))
         if summary.skipped:
-            run.warn(f"listener nsys: skipped {summary.skipped} unreadable line(s) of nsys stats")
+            unreadable = count(summary.skipped, "unreadable line")
+            run.warn(f"listener nsys: skipped {unreadable} of nsys stats")
         wall_ns = capture_wall_ns(report.with_suffix(".sqlite"))
         run.set_tag("radt.nsys.wall_source", "nsys" if wall_ns else "launcher")
         if wall_ns is None:

@@ -26,6 +26,7 @@ from datetime import datetime
 
 from radt.listener import RunContext, Sample, samples_from
 from radt.record.streamed import StreamedListener
+from radt.words import count
 
 from ._gpus import Gpu
 from ._tools import ToolError, found, gpus_of_run, list_gpus, number
@@ -136,7 +137,7 @@ class SmiListener(StreamedListener):
         now = self.clock()
         cells = [cell.strip() for cell in line.split(",")]
         if len(cells) != len(QUERY):
-            raise ValueError(f"{len(cells)} columns where {len(QUERY)} were asked for")
+            raise ValueError(f"{count(len(cells), 'column')} where {len(QUERY)} were asked for")
         index = int(cells[1])
         values: dict[str, float | None] = {}
         for (_field, quantity), cell in zip(QUERY[2:], cells[2:], strict=True):

@@ -103,9 +103,21 @@ def launcher_parser() -> argparse.ArgumentParser:
         "--rerun", action="store_true", help="plans: run FAILED workloads again (FINISHED never)"
     )
     parser.add_argument(
+        "--rerun-all",
+        action="store_true",
+        help="plans: run every workload again, FINISHED ones too (new runs)",
+    )
+    parser.add_argument(
         "--modes",
         metavar="MODES",
         help="plans: run only workloads whose collocation is among these, e.g. none+naive+mps",
+    )
+    parser.add_argument(
+        "--workdir",
+        default="script",
+        metavar="script|here",
+        help="plans: run each row in its script's folder (script, the default, as the original "
+        "radT does) or in the current folder (here)",
     )
     parser.add_argument(
         "--power-limit",
@@ -238,11 +250,13 @@ def run_launcher(argv: list[str]) -> int:
         from pathlib import Path
 
         from radt.plans.runner import PlanOptions, run_plan
+        from radt.plans.workdir import check_mode
 
         return run_plan(
             PlanOptions(
                 path=Path(command[0]),
                 rerun=args.rerun,
+                rerun_all=args.rerun_all,
                 listeners=args.listeners,
                 listener_options=parse_listener_options(args.listener_option),
                 interval_s=args.interval,
@@ -254,6 +268,7 @@ def run_launcher(argv: list[str]) -> int:
                 max_epochs=args.max_epochs,
                 modes=set(args.modes.replace(",", "+").split("+")) if args.modes else None,
                 job=inputs,
+                workdir=check_mode(args.workdir),
             )
         )
     options = LaunchOptions(

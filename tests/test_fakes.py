@@ -328,6 +328,37 @@ def test_dcgmi_dmon_mig_entities(env):
     assert all(r.startswith("GPU-I ") for r in ref[2:])
 
 
+def test_dcgmi_dmon_dcgm2_layout_matches_the_user_guides_capture(env):
+    """FAKE_DCGMI_LAYOUT=2: DCGM 2.0-2.3's right-aligned columns, `# Entity` and `Id`."""
+    env["FAKE_DCGMI_LAYOUT"] = "2"
+    args = ["dcgmi", "dmon", "-e", "1001,1004", "-i", "0,i:0,i:1", "-d", "10", "-c", "10"]
+    got = run(args, env).stdout.splitlines()
+    ref = fixture("dcgmi_dmon_prof_dcgm2.txt").splitlines()
+    assert [line.rstrip() for line in got[:2]] == ref[:2]
+
+    def shape(line: str) -> str:
+        return re.sub(r"\d", "9", line)
+
+    # the fake's first sample is N/A (right-aligned like a number), then numbers
+    assert got[2:5] == [
+        "    GPU 0    N/A    N/A",
+        "  GPU-I 0    N/A    N/A",
+        "  GPU-I 1    N/A    N/A",
+    ]
+    assert [shape(line) for line in got[5:]] == [shape(line) for line in ref[5:]]
+
+
+def test_dcgmi_dmon_dcgm2_layout_repeats_the_header_after_an_empty_line(env):
+    env["FAKE_DCGMI_LAYOUT"] = "2"
+    res = run(["dcgmi", "dmon", "-e", "155,156", "-d", "10", "-c", "17"], env)
+    lines = res.stdout.splitlines()
+    assert lines[0] == "# Entity       POWER             TOTEC"
+    assert lines[1] == "      Id           W                mJ"
+    first = lines.index("", 2)
+    assert first == 2 + 15 and lines[first + 1 : first + 3] == lines[:2]
+    assert re.fullmatch(r"    GPU 0 +\d+\.\d{3} +\d+", lines[2])
+
+
 def test_dcgmi_dmon_streams_and_stops_on_sigint(env):
     proc = subprocess.Popen(
         ["dcgmi", "dmon", "-e", "155,1002", "-d", "100"],

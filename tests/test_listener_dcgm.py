@@ -24,6 +24,7 @@ from radt.listener import Sample
 
 PROF = (FIXTURES / "dcgmi_dmon_prof.txt").read_text().splitlines()
 PROF_MIG = (FIXTURES / "dcgmi_dmon_prof_mig.txt").read_text().splitlines()
+PROF_DCGM2 = (FIXTURES / "dcgmi_dmon_prof_dcgm2.txt").read_text().splitlines()
 DISCOVERY = (FIXTURES / "dcgmi_discovery_c.txt").read_text()
 PROFILING_DROPPED = (
     "1001 GRACT, 1002 SMACT, 1003 SMOCC, 1004 TENSO, 1005 DRAMA, 1006 FP64A, 1007 FP32A, "
@@ -162,6 +163,61 @@ def test_mig_rows_map_to_their_slice():
         listener.parse(PROF_MIG[-1])  # an instance discovery did not list
 
 
+def test_the_dcgm2_layout_parses_its_right_aligned_rows():
+    """DCGM 2.0-2.3: `# Entity`, `Id`, rows right-aligned (the user guide's MIG capture)."""
+    listener = DcgmListener()
+    listener.fields = (1001, 1004)
+    # the same example's `dcgmi discovery -c`: I 0/1 is entity 0, I 0/2 is entity 1
+    listener.hierarchy = Hierarchy(gpu_instances={0: (0, 1), 1: (0, 2)})
+    results = parsed(listener, PROF_DCGM2)
+    assert results[:2] == [[], []]
+    rows = [values(r) for r in results[2:]]
+    assert len(rows) == 30 and all(len(r) == 2 for r in rows)
+    assert rows[6:9] == [
+        {"dcgm/gpu0/gract_ratio": 0.457, "dcgm/gpu0/tensor_active_ratio": 0.442},
+        {"dcgm/gpu0/gi1/gract_ratio": 0.534, "dcgm/gpu0/gi1/tensor_active_ratio": 0.516},
+        {"dcgm/gpu0/gi2/gract_ratio": 0.533, "dcgm/gpu0/gi2/tensor_active_ratio": 0.515},
+    ]
+    assert rows[-1] == {
+        "dcgm/gpu0/gi2/gract_ratio": 0.985,
+        "dcgm/gpu0/gi2/tensor_active_ratio": 0.952,
+    }
+
+
+def test_the_dcgm2_layout_with_units_repeats_n_a_and_a_full_width_value():
+    listener = DcgmListener()
+    listener.fields = (155, 156, 1002)
+    lines = [
+        "# Entity       POWER             TOTEC  SMACT",
+        "      Id           W                mJ       ",
+        "    GPU 0      61.500           1000000    N/A",
+        "     GPU 1      62.000           2000000  0.250",  # DCGM 2.3: "GPU", a blank, the id
+        "",
+        "# Entity       POWER             TOTEC  SMACT",
+        "      Id           W                mJ       ",
+        "    GPU 0 12345678.125 1000000000000000000  0.500",  # wider than the columns
+        "",
+        "dmon was stopped due to receiving a signal.",
+    ]
+    got = [values(r) for r in parsed(listener, lines)]
+    assert got == [
+        {},
+        {},
+        {"dcgm/gpu0/power_w": 61.5, "dcgm/gpu0/energy_j": 0.0},
+        {"dcgm/gpu1/power_w": 62.0, "dcgm/gpu1/energy_j": 0.0, "dcgm/gpu1/smact_ratio": 0.25},
+        {},
+        {},
+        {},
+        {
+            "dcgm/gpu0/power_w": 12345678.125,
+            "dcgm/gpu0/energy_j": pytest.approx((1e18 - 1e6) / 1000),
+            "dcgm/gpu0/smact_ratio": 0.5,
+        },
+        {},
+        {},
+    ]
+
+
 def test_compute_instance_rows_use_the_discovery_ids():
     listener = DcgmListener()
     listener.fields = (1002,)
@@ -272,6 +328,38 @@ def test_streams_the_fakes_values_and_reaps_it_on_stop(fakes_on_path, tmp_path):
     assert collected.series("dcgm/gpu1/power_w")[:3] == [52.12, 87.12, 85.09]
     energy = collected.series("dcgm/gpu1/energy_j")
     assert energy == pytest.approx([8.712 * i for i in range(len(energy))])
+
+
+def test_streams_the_dcgm2_layout_of_the_fake(fakes_on_path, tmp_path):
+    """A DCGM 2.x host records the same series, header repeats included."""
+    fakes_on_path.setenv("FAKE_DCGMI_LAYOUT", "2")
+    collected = Recorded(tmp_path, interval_s=0.1)
+    listener = DcgmListener()
+    listener.start(collected.context)
+    try:
+        # past the first repeated header (after 15 samples)
+        wait_for(lambda: len(collected.series("dcgm/gpu0/smact_ratio")) >= 18, timeout=60)
+    finally:
+        listener.stop()
+    assert collected.warnings == [] and listener.skipped == 0
+    assert collected.series("dcgm/gpu0/power_w")[:3] == [52.12, 87.12, 85.09]
+    energy = collected.series("dcgm/gpu0/energy_j")
+    assert energy == pytest.approx([8.712 * i for i in range(len(energy))])
+
+
+def test_dcgm2_profiling_busy_falls_back_with_one_warning(fakes_on_path, tmp_path):
+    fakes_on_path.setenv("FAKE_DCGMI_LAYOUT", "2")
+    fakes_on_path.setenv("FAKE_DCGMI_PROF_BUSY", "1")
+    collected = Recorded(tmp_path)
+    listener = DcgmListener()
+    listener.start(collected.context)
+    try:
+        wait_for(lambda: len(collected.series("dcgm/gpu0/power_w")) >= 2, timeout=30)
+    finally:
+        listener.stop()
+    assert len(collected.warnings) == 1 and "Error setting watches" in collected.warnings[0]
+    assert collected.tags == {"radt.dcgm.fields": "155,156"}
+    assert listener.skipped == 0
 
 
 def test_mig_instances_of_the_runs_gpu_are_watched_under_their_slice(fakes_on_path, tmp_path):

@@ -210,7 +210,7 @@ def test_garbage_import_output_is_counted_never_fatal(fakes_on_path, tmp_path, m
     listener, run = profiled(tmp_path)
     listener.collect(run.context)
     assert run.tags["radt.ncu.skipped_lines"] == "2"
-    assert run.warnings == ["listener ncu: skipped 2 unreadable line(s) of ncu --import"]
+    assert run.warnings == ["listener ncu: skipped 2 unreadable lines of ncu --import"]
     assert run.values["ncu/kernels/count"] == 1
 
 

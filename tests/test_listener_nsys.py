@@ -275,7 +275,7 @@ def test_garbage_in_the_stats_output_is_counted_never_fatal(fakes_on_path, tmp_p
     listener, run = profiled(tmp_path)
     listener.collect(run.context)
     assert run.tags["radt.nsys.skipped_lines"] == "2"
-    assert run.warnings == ["listener nsys: skipped 2 unreadable line(s) of nsys stats"]
+    assert run.warnings == ["listener nsys: skipped 2 unreadable lines of nsys stats"]
     assert run.values["nsys/kernels/total_time_ms"] == TOTAL_NS / 1e6
 
 

@@ -25,6 +25,7 @@ from radt.plans.model import (
     format_problems,
 )
 from radt.plans.read import parse_collocation, read_plan
+from radt.plans.writeback import lock_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,8 +40,9 @@ HEADER = "Experiment, Workload, Status, Run, Devices, Collocation, File, Listene
 
 
 @pytest.fixture
-def work(tmp_path, monkeypatch) -> Path:
-    """A current folder with examples/train.py in it."""
+def work(tmp_path, tmp_path_factory, monkeypatch) -> Path:
+    """A current folder with examples/train.py in it (radT's home, with the plan locks, apart)."""
+    monkeypatch.setenv("RADT_HOME", str(tmp_path_factory.mktemp("radt-home")))
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "train.py").write_text(
         "import json, sys\nprint(json.dumps(sys.argv[1:]))\n"
@@ -757,7 +759,8 @@ def test_record_is_atomic(work, monkeypatch):
     plan.record(plan.workloads[0], {2: ("FINISHED", "r1")})
     assert path.stat().st_ino != inode  # replaced, not rewritten in place
     assert oct(path.stat().st_mode & 0o777) == oct(0o640)
-    assert sorted(p.name for p in work.iterdir()) == ["examples", "plan.csv", "plan.csv.lock"]
+    assert sorted(p.name for p in work.iterdir()) == ["examples", "plan.csv"]
+    assert lock_path(path).is_file()  # the lock is in radT's home, not beside the plan
 
     before = path.read_text()
 
@@ -768,7 +771,7 @@ def test_record_is_atomic(work, monkeypatch):
     with pytest.raises(OSError):
         plan.record(plan.workloads[1], {4: ("FINISHED", "r3")})
     assert path.read_text() == before
-    assert sorted(p.name for p in work.iterdir()) == ["examples", "plan.csv", "plan.csv.lock"]
+    assert sorted(p.name for p in work.iterdir()) == ["examples", "plan.csv"]
 
 
 def test_record_through_a_symlink_keeps_the_link(work):
@@ -784,7 +787,8 @@ def test_record_through_a_symlink_keeps_the_link(work):
 def test_record_waits_for_the_lock(work):
     path = write(work, ORIGINAL)
     plan = read_plan(path)
-    with open(work / "plan.csv.lock", "a") as lock:
+    lock_path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path(path), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         writer = threading.Thread(
             target=plan.record, args=(plan.workloads[1], {4: ("FINISHED", "r3")})

@@ -182,8 +182,8 @@ def stopped(radt: Radt, timeout: float) -> int:
 
 def recorded(radt: Radt) -> int:
     """The sample count radT reports at the end of a single run."""
-    line = radt.wait_said("samples recorded", timeout=5)
-    return int(re.search(r"(\d+) samples recorded", line)[1])
+    line = radt.wait_said(" recorded", timeout=5)
+    return int(re.search(r"([\d,]+) samples? recorded", line)[1].replace(",", ""))
 
 
 def nothing_to_sync(ws: Workspace) -> None:
@@ -554,8 +554,8 @@ def test_disk_full_while_spooling_warns_once_and_training_goes_on(server, tmp_pa
     assert "No space left on device" in warnings[0] and str(spool) in warnings[0]
     assert "training goes on" in warnings[0]
     # Every sample was held in memory and said so; none reached the spool.
-    held = re.search(r"(\d+) samples could not be written to the spool", radt.stderr())
-    assert held and int(held[1]) == recorded(radt) > 0, radt.stderr()
+    held = re.search(r"([\d,]+) samples? could not be written to the spool", radt.stderr())
+    assert held and int(held[1].replace(",", "")) == recorded(radt) > 0, radt.stderr()
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags["radt.exit_code"] == "0"

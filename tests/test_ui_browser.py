@@ -310,6 +310,50 @@ def test_compare_page_draws_the_study_charts(page, ui, study, shots):
     page.screenshot(path=str(shots / "compare.png"), full_page=True)
 
 
+def test_compare_in_a_fresh_tab_shows_the_experiment_the_runs_page_would(page, ui, shots):
+    page.goto(ui + "compare")
+    page.wait_for_selector("#cmp-slowdown .js-plotly-plot .main-svg")
+    wait_for(lambda: page.inner_text("#cmp-note").strip(), timeout=60)
+    note = page.inner_text("#cmp-note")
+    assert "No experiment chosen" not in note
+    assert note.startswith("Every workload of the experiment (2)"), note
+    wait_for(lambda: len(trace_names(page, "cmp-slowdown")) >= 3, timeout=30)
+    page.screenshot(path=str(shots / "compare-fresh-tab.png"), full_page=True)
+
+
+def test_every_runs_column_is_reachable_at_1400_px_with_the_run_pinned(page, ui, shots):
+    """The grid is wider than the window: buttons scroll it (no scrollbar needed: overlay
+    scrollbars, as on macOS and in headless Chromium, show nothing until one scrolls)."""
+    open_runs(page, ui)
+    grid = page.locator("#runs-grid .ag-root-wrapper").bounding_box()
+    assert grid["x"] + grid["width"] <= 1400  # the grid fits the window
+
+    def inside(col: str) -> bool:
+        header = page.locator(f"[role=columnheader][col-id='{col}']")
+        if header.count() == 0:  # not rendered: far outside the view
+            return False
+        box = header.bounding_box()
+        return box is not None and box["x"] + box["width"] <= grid["x"] + grid["width"] + 1
+
+    assert not inside("run_id")  # cut off at first
+    right = page.locator("#runs-right")
+    assert right.is_visible() and "scroll" in (right.get_attribute("title") or "")
+    for _ in range(8):
+        if inside("run_id"):
+            break
+        right.click()
+        page.wait_for_timeout(300)
+    wait_for(lambda: inside("run_id"), timeout=20)
+    run = page.locator("[role=columnheader][col-id='name']").bounding_box()
+    assert run is not None and grid["x"] <= run["x"] < grid["x"] + 100  # pinned at the left
+    assert column(page, "name", "pinned-left")[:1] == ["alone"]
+    page.screenshot(path=str(shots / "runs-scrolled.png"), full_page=True)
+    for _ in range(8):
+        page.locator("#runs-left").click()
+        page.wait_for_timeout(300)
+    wait_for(lambda: inside("kind") and not inside("run_id"), timeout=20)
+
+
 def test_export_downloads_the_tables_radt_export_writes(page, ui, study, tmp_path):
     from radt.analysis.load import TIDY_COLUMNS, load
     from radt.analysis.summary import COLUMNS
@@ -349,7 +393,7 @@ def test_empty_states_say_what_to_do(page, ui):
     open_runs(page, ui)
     pick(page, "exp-picker", "empty-study")
     wait_text(page, "#runs-note", "has no runs yet")
-    assert "radt examples/collocation.csv" in page.inner_text("#runs-note")
+    assert "cp examples/collocation.csv my-study.csv" in page.inner_text("#runs-note")
     page.goto(ui + "nowhere")
     page.wait_for_selector("text=No page here")
     assert "Traceback" not in page.content()

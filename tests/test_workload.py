@@ -320,7 +320,9 @@ def test_naive_statuses_and_run_ids_are_written_back_and_nothing_else_changes(na
 
 def test_naive_second_invocation_skips_everything_and_creates_no_run(naive):
     assert naive.second.returncode == 0, naive.second.stderr
-    assert "skipping 2 workload(s)" in naive.second.stderr
+    assert (
+        "nothing to run in plan.csv: 2 workloads (2 FINISHED); --rerun-all" in naive.second.stderr
+    )
     assert naive.second.stdout == ""
     assert len(all_runs(naive.ws)) == len(naive.runs_after_first)
     assert naive.plan.read_text() == naive.after_first
@@ -357,7 +359,7 @@ def test_failing_row_fails_its_run_and_the_workload_and_reruns_only_with_rerun(
 
     again = ws.run(["plan.csv"])
     assert again.returncode == 0, again.stderr
-    assert "skipping 1 workload(s)" in again.stderr
+    assert "nothing to run in plan.csv: 1 workload (1 FAILED); --rerun runs" in again.stderr
     assert len(all_runs(ws)) == 3
     assert csv_cells(plan) == [("FAILED", first_ids[0]), ("FINISHED", first_ids[1])]
 
@@ -628,7 +630,7 @@ def test_modes_none_runs_only_the_baseline_and_params_never_reach_a_shell(tmp_pa
     plan = write_plan(ws, MIXED)
     done = ws.run(["--modes", "none", "plan.csv"])
     assert done.returncode == 0, done.stderr
-    assert "skipping 1 workload(s)" in done.stderr
+    assert "skipping 1 workload (1 not among --modes none)" in done.stderr
     reported = jobs(done.stdout)
     assert sorted(reported) == ["c"]
     assert reported["c"][1]["argv"] == [";", "touch", "pwned;", "rm", "-rf", "~"]

@@ -14,6 +14,8 @@ from radt.frontend.figures import (
 )
 from radt.frontend.style import empty_figure
 
+from radt.words import count
+
 CHARTS = ("cmp-efficiency", "cmp-bars", "cmp-slowdown", "cmp-util")
 
 
@@ -39,6 +41,19 @@ def layout() -> html.Div:
     )
 
 
+def compare_note(workloads: int, chosen: int) -> str:
+    """What the charts compare: the selected runs' workloads, or every workload."""
+    if chosen:
+        return (
+            f"The {count(workloads, 'workload')} of the {count(chosen, 'selected run')}. "
+            "Colour: collocation mode; grouped by power limit."
+        )
+    return (
+        f"Every workload of the experiment ({workloads}); tick runs on the Runs page "
+        "to narrow the comparison. Colour: collocation mode; grouped by power limit."
+    )
+
+
 def register(app: Dash, store: Store) -> None:
     """The page's callback: one summary, four charts."""
 
@@ -52,10 +67,11 @@ def register(app: Dash, store: Store) -> None:
         selection = selection or {}
         chosen = [r["run_id"] for r in selection.get("runs", [])]
         exp = selection.get("experiment") if chosen else (experiment or {}).get("id")
-        if not exp:
-            message = "No experiment chosen: pick one on the Runs page."
-            return [message, *(empty_figure(message) for _ in CHARTS)]
         try:
+            exp = exp or store.default_experiment()  # a fresh tab: what the Runs page shows
+            if not exp:
+                message = "No experiments yet: record runs, then pick one on the Runs page."
+                return [message, *(empty_figure(message) for _ in CHARTS)]
             frame = store.summary(exp)
         except DataError as exc:
             return [str(exc), *(empty_figure(str(exc)) for _ in CHARTS)]
@@ -63,17 +79,7 @@ def register(app: Dash, store: Store) -> None:
             message = "This experiment has no runs yet."
             return [message, *(empty_figure(message) for _ in CHARTS)]
         shown = normalise(focus(frame, chosen))
-        workloads = int((shown["level"] != "client").sum())
-        if chosen:
-            note = (
-                f"The {workloads} workload(s) of the {len(chosen)} selected runs. Colour: "
-                "collocation mode; grouped by power limit."
-            )
-        else:
-            note = (
-                f"Every workload of the experiment ({workloads}); tick runs on the Runs page "
-                "to narrow the comparison. Colour: collocation mode; grouped by power limit."
-            )
+        note = compare_note(int((shown["level"] != "client").sum()), len(chosen))
         return [
             note,
             efficiency_figure(shown),

@@ -9,7 +9,25 @@ import pandas as pd
 from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from radt.frontend.data import DataError, Store
 
+from radt.words import count
+
 HIDDEN = {"height": "0px", "display": "none"}
+SCROLL_LEFT = "scroll the columns left (the run column stays)"
+SCROLL_RIGHT = "scroll the columns right: more columns (the run column stays)"
+SCROLL_JS = """
+function(_left, _right) {
+    const ctx = window.dash_clientside.callback_context;
+    const which = ctx.triggered.length ? ctx.triggered[0].prop_id.split(".")[0] : null;
+    const bar = document.querySelector("#runs-grid .ag-body-horizontal-scroll-viewport");
+    if (bar && (which === "runs-left" || which === "runs-right")) {
+        const step = Math.max(200, bar.clientWidth * 0.8);
+        bar.scrollBy({left: which === "runs-right" ? step : -step});
+    }
+    return window.dash_clientside.no_update;
+}
+"""
+"""Scrolls the grid sideways by most of its width: the buttons work where scrollbars do not
+show (overlay scrollbars appear only while one scrolls, on macOS and in headless Chromium)."""
 LEVELS = {"provider": "workload", "client": "client", "run": "run"}
 _BLANK = "params.value == null ? '' : "
 _NUMBER = {"function": _BLANK + "d3.format(',.1f')(params.value)"}
@@ -93,6 +111,23 @@ def grid_rows(frame: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def runs_note(name: str, kinds: list[str]) -> str:
+    """The line above the grid: ``name: 1 workload, 2 runs in them, 1 single run. Tick …``."""
+    counts = ", ".join(
+        count(kinds.count(kind), noun, many)
+        for kind, noun, many in (
+            ("workload", "workload", None),
+            ("client", "run in them", "runs in them"),
+            ("run", "single run", None),
+        )
+        if kinds.count(kind)
+    )
+    return (
+        f"{name}: {counts}. Tick runs to overlay their series and compare them; "
+        "click a header to sort."
+    )
+
+
 def layout() -> html.Div:
     """The page: experiment picker, quick filter, the grid."""
     return html.Div(
@@ -111,6 +146,15 @@ def layout() -> html.Div:
                         debounce=False,
                         style={"width": "200px"},
                     ),
+                    html.Span(
+                        className="radt-scroll",
+                        children=[
+                            html.Span("columns", className="radt-scroll-label"),
+                            html.Button("◀", id="runs-left", n_clicks=0, title=SCROLL_LEFT),
+                            html.Button("▶", id="runs-right", n_clicks=0, title=SCROLL_RIGHT),
+                        ],
+                    ),
+                    dcc.Store(id="runs-scrolled"),
                 ],
             ),
             html.Div(id="runs-note", className="radt-note"),
@@ -130,6 +174,7 @@ def layout() -> html.Div:
                     "selectionColumnDef": {"pinned": "left", "width": 48, "maxWidth": 48},
                     "animateRows": False,
                     "tooltipShowDelay": 300,
+                    "alwaysShowHorizontalScroll": True,
                 },
                 getRowStyle={
                     "styleConditions": [
@@ -154,8 +199,9 @@ def _empty_note(store: Store, what: str) -> html.Div:
                 [
                     "Record runs with ",
                     html.Code("radt train.py"),
-                    " or a plan such as ",
-                    html.Code("radt examples/collocation.csv"),
+                    " or a copy of an example plan (",
+                    html.Code("cp examples/collocation.csv my-study.csv; radt my-study.csv"),
+                    ")",
                     f" (tracking store {store.label}), then press Refresh.",
                 ]
             ),
@@ -187,7 +233,7 @@ def register(app: Dash, store: Store) -> None:
         chosen = (current or {}).get("id")
         if chosen not in ids:
             try:
-                chosen = store.latest_experiment(found) or ids[0]
+                chosen = store.default_experiment(found)
             except DataError:
                 chosen = ids[0]
         return options, chosen, no_update
@@ -227,21 +273,9 @@ def register(app: Dash, store: Store) -> None:
         if (selection or {}).get("experiment") == experiment:
             have = {row["run_id"] for row in data}
             kept = [r["run_id"] for r in selection.get("runs", []) if r["run_id"] in have]
-        kinds = [row["kind"] for row in data]
-        counts = ", ".join(
-            f"{kinds.count(kind)} {label}"
-            for kind, label in (
-                ("workload", "workloads"),
-                ("client", "runs in them"),
-                ("run", "single runs"),
-            )
-            if kinds.count(kind)
-        )
-        note = (
-            f"{name}: {counts}. Tick runs to overlay their series and compare them; "
-            "click a header to sort."
-        )
-        height = {"height": f"{min(640, 100 + 42 * len(data))}px"}
+        note = runs_note(name, [row["kind"] for row in data])
+        # room for every row (up to 12) and a horizontal scrollbar under them
+        height = {"height": f"{min(656, 116 + 42 * len(data))}px"}
         return data, {"ids": kept}, height, note, chosen
 
     @app.callback(
@@ -257,6 +291,14 @@ def register(app: Dash, store: Store) -> None:
         runs = [{"run_id": r["run_id"], "run_name": r.get("run_name")} for r in selected]
         current = {"experiment": experiment, "runs": runs}
         return no_update if current == previous else current
+
+    app.clientside_callback(
+        SCROLL_JS,
+        Output("runs-scrolled", "data"),
+        Input("runs-left", "n_clicks"),
+        Input("runs-right", "n_clicks"),
+        prevent_initial_call=True,
+    )
 
     @app.callback(
         Output("runs-grid", "dashGridOptions"),

@@ -17,6 +17,8 @@ from radt.frontend.downsample import DEFAULT_BUDGET
 from radt.frontend.series import RunLabel, default_keys, relayout_window, timeseries_figure
 from radt.frontend.style import empty_figure
 
+from radt.words import count
+
 LIVE_MS = 3_000
 GPU_LISTENERS = ("nvml/", "smi/", "dcgm/")
 
@@ -118,9 +120,9 @@ def _keys_note(keys: list[str]) -> html.Div | None:
 
 
 def _info(stats, window, frame, runs: dict[str, RunInfo]) -> str:
-    info = f"{stats.traces} trace{'s' * (stats.traces != 1)}, {stats.shown:,} points drawn"
+    info = f"{count(stats.traces, 'trace')}, {count(stats.shown, 'point')} drawn"
     if stats.downsampled:
-        info += f" of {stats.samples:,} samples (MinMaxLTTB, ≤{DEFAULT_BUDGET:,} per trace)"
+        info += f" of {count(stats.samples, 'sample')} (MinMaxLTTB, ≤{DEFAULT_BUDGET:,} per trace)"
     info += "; zoomed in: full resolution within the budget" if window else ""
     sources = frame.attrs.get("radt.source", {})
     decimated = [runs[r].name for r, s in sources.items() if s == "metrics" and r in runs]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from radt.errors import UsageError
+from radt.words import count
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -105,7 +106,7 @@ def run_export(argv: list[str]) -> int:
     }
     if args.summary:
         frame = summary(**selection)
-        what = "summary rows"
+        what = "summary row"
     else:
         bounds = {"keys": args.keys, "start": _time(args.start), "end": _time(args.end)}
         if args.wide:
@@ -116,10 +117,10 @@ def run_export(argv: list[str]) -> int:
                     f"--wide takes a duration such as 1s or 500ms, not {args.wide!r}"
                 ) from exc
             frame = load_wide(**selection, **bounds, freq=args.wide).reset_index()
-            what = "rows"
+            what = "row"
         else:
             frame = load(**selection, **bounds)
-            what = "samples"
+            what = "sample"
     runs = frame["run_id"].nunique() if "run_id" in frame else 0
     if args.output == "-":
         frame.to_csv(sys.stdout, index=False)
@@ -132,7 +133,7 @@ def run_export(argv: list[str]) -> int:
         else:
             frame.to_parquet(target, index=False)
     print(
-        f"radt: wrote {len(frame):,} {what} of {runs} run(s) to {args.output}",
+        f"radt: wrote {count(len(frame), what)} of {count(runs, 'run')} to {args.output}",
         file=sys.stderr,
     )
     return 0

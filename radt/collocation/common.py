@@ -78,7 +78,8 @@ def describe_gpus(gpus: list[nvsmi.GpuListing]) -> str:
 
 
 def mig_mode(index: int) -> tuple[str, str] | None:
-    """(current, pending) MIG mode of GPU ``index`` ("Enabled", "Disabled", "[N/A]")."""
+    """(current, pending) MIG mode of GPU ``index`` ("Enabled", "Disabled", or a placeholder
+    such as "[N/A]": see :func:`radt.placeholders.is_placeholder`)."""
     result = nvsmi.run(
         [
             nvsmi.SMI,

@@ -37,6 +37,7 @@ from radt.collocation import nvsmi
 from radt.collocation.common import SlotRequest, mig_mode
 from radt.collocation.teardown import Teardown
 from radt.errors import RadtError
+from radt.placeholders import is_placeholder
 
 SMI = nvsmi.SMI
 
@@ -172,8 +173,13 @@ def mode_problem(gpu: nvsmi.GpuListing) -> str | None:
     current, pending = mode
     if current == "Enabled":
         return None
-    if current.strip("[]") in ("N/A", "Not Supported"):
-        return f"GPU {n} ({gpu.name}) does not support MIG"
+    if is_placeholder(current):
+        if current.strip("[] ").lower() in ("n/a", "not supported"):
+            return f"GPU {n} ({gpu.name}) does not support MIG"
+        return (
+            f"nvidia-smi cannot read the MIG mode of GPU {n} ({gpu.name}): it says {current}; "
+            f"check the GPU with `nvidia-smi -q -i {n}` before running MIG workloads on it"
+        )
     if pending == "Enabled":
         return (
             f"MIG mode on GPU {n} ({gpu.name}) is switched on but not active yet (pending); "

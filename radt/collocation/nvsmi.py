@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from radt.errors import RadtError
 from radt.gpus import GpuListing, MigDevice, parse_list, r450_ids  # noqa: F401 - re-exported
+from radt.placeholders import is_placeholder
 
 SMI = "nvidia-smi"
 MPS_CONTROL = "nvidia-cuda-mps-control"
@@ -270,6 +271,9 @@ _POWER_KEYS = {
 
 
 def _watts(value: str) -> float | None:
+    """``250.00 W`` → 250.0; a placeholder (``N/A``, ``[Unknown Error]``) or other text → None."""
+    if is_placeholder(value):
+        return None
     match = re.match(r"^\s*([\d.]+)\s*W\s*$", value)
     return float(match[1]) if match else None
 

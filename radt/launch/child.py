@@ -38,10 +38,17 @@ class Child:
     """One command, its own process group, its output copied to the terminal and a log."""
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], log_path: Path, prefix: str = ""
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        prefix: str = "",
+        cwd: Path | None = None,
     ) -> None:
         self.argv = argv
         self.env = env
+        self.cwd = cwd
+        """The folder the command runs in (None: radT's own)."""
         self.log_path = log_path
         self.prefix = prefix.encode()
         self.process: subprocess.Popen[bytes] | None = None
@@ -67,6 +74,7 @@ class Child:
         self.process = subprocess.Popen(
             self.argv,
             env=self.env,
+            cwd=self.cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -61,12 +61,14 @@ def script_args(command: list[str]) -> list[str]:
 
 
 def params_from_args(args: list[str]) -> dict[str, str]:
-    """Turn flags into params, the way the original radT does.
+    """Turn flags into params.
 
     ``--batch-size 128`` → ``batch-size=128``, ``--lr=0.1`` → ``lr=0.1``, a
     flag with no value → ``True``, a repeated flag → its values joined by
     spaces. A flag takes at most the one argument after it; other positional
-    arguments are not params.
+    arguments are not params. The original radT differs (README: *What a run
+    holds*): it logs ``amp=""`` for a bare ``--amp`` and joins every word up
+    to the next flag.
     """
     params: dict[str, list[str]] = {}
     current: str | None = None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 
+from radt.placeholders import value_or_none
 from radt.tracking import redact
 
 SECRET_NAME = re.compile(
@@ -68,12 +69,17 @@ def installed_packages() -> str:
 
 
 def gpu_facts(smi_q: str) -> dict[str, str]:
-    """Driver, CUDA version and GPU names from ``nvidia-smi -q`` text."""
+    """Driver, CUDA version and GPU names from ``nvidia-smi -q`` text.
+
+    A placeholder (``CUDA Version : Not Found`` on a vGPU host, ``N/A``) gives no tag.
+    """
     facts: dict[str, str] = {}
     names: list[str] = []
     for line in smi_q.splitlines():
-        label, _, value = line.partition(":")
-        label, value = label.strip(), value.strip()
+        label, _, text = line.partition(":")
+        label, value = label.strip(), value_or_none(text)
+        if value is None:
+            continue
         if label == "Driver Version":
             facts["radt.gpu_driver"] = value
         elif label == "CUDA Version":

@@ -24,6 +24,7 @@ from radt.tracking import (
     redact,
     resolve_tracking_uri,
 )
+from radt.words import count
 
 
 @dataclass
@@ -175,5 +176,5 @@ def _end(run: RecordedRun, child: Child, status: str, exit_code, options: Launch
     if run.close(status, exit_code, options.send_timeout_s, child.ended_s):
         say(
             f"run {run.run_id} {status} (exit code {exit_code}); "
-            f"{run.recorder.received} samples recorded"
+            f"{count(run.recorder.received, 'sample')} recorded"
         )

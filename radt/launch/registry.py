@@ -1,7 +1,13 @@
-"""Discovery of listeners through the entry-point group ``radt.listeners``."""
+"""Discovery of listeners through the entry-point group ``radt.listeners``, and choosing them.
+
+The original radT's names are accepted for the same listeners (:data:`ALIASES`):
+its ``dcgmi`` is ``dcgm``, and its ``ps`` (process tree) and ``free``
+(memory) are parts of ``top``; radT says so once per process.
+"""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
@@ -9,6 +15,11 @@ from radt.errors import UsageError
 from radt.listener import Listener
 
 GROUP = "radt.listeners"
+ALIASES = {"dcgmi": "dcgm", "ps": "top", "free": "top"}
+"""The original radT's listener names → the listener that records the same."""
+ALIASES_NOTE = "listener names of the original radT: dcgmi is dcgm; ps and free are parts of top"
+ALIASES_TOLD: set[str] = set()
+"""Non-empty once this process has explained the aliases."""
 
 
 @dataclass
@@ -47,6 +58,19 @@ def parse_names(spec: str) -> list[str]:
     return list(dict.fromkeys(name for name in names if name))
 
 
+def resolve_aliases(names: list[str], found: dict[str, Discovered]) -> list[str]:
+    """``names`` with the original radT's names replaced (``dcgmi`` → ``dcgm``), no repeats.
+
+    A name that a plugin registers itself is kept as it is. The first time this
+    process meets an alias, one line on stderr says what the aliases stand for.
+    """
+    used = {n for n in names if n in ALIASES and n not in found}
+    if used and not ALIASES_TOLD:
+        ALIASES_TOLD.update(ALIASES)
+        print(f"radt: {ALIASES_NOTE}", file=sys.stderr)
+    return list(dict.fromkeys(ALIASES[n] if n in used else n for n in names))
+
+
 def select(
     spec: str | None,
     found: dict[str, Discovered] | None = None,
@@ -65,9 +89,9 @@ def select(
             for d in found.values()
             if d.listener and d.reason is None and d.listener.on_by_default
         ]
-    names = parse_names(spec)
     if spec.strip().lower() == "none":
         return []
+    names = resolve_aliases(parse_names(spec), found)
     unknown = [n for n in names if n not in found]
     if unknown:
         known = ", ".join(found) or "none installed"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radt.errors import UsageError
+from radt.words import count
 
 COLUMNS = (
     "Experiment",
@@ -164,9 +165,7 @@ class Problem:
 
 def format_problems(path: Path | str, problems: list[Problem]) -> str:
     """The error text: a count line, then one ``<path> line N: …`` per problem."""
-    count = len(problems)
-    noun = "problem" if count == 1 else "problems"
-    lines = [f"{path} has {count} {noun}; nothing was started:"]
+    lines = [f"{path} has {count(len(problems), 'problem')}; nothing was started:"]
     for problem in sorted(problems, key=lambda p: p.line or 0):
         where = f"{path} line {problem.line}" if problem.line else str(path)
         lines.append(f"{where}: {problem.message}")

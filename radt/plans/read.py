@@ -4,7 +4,8 @@ Column names are matched case-insensitively, ignoring spaces, ``_`` and ``-``;
 only ``Experiment``, ``Workload`` and ``File`` are required. Cells are
 whitespace-tolerant (``1, 1, , , 0, mps`` is fine), ``-`` means empty. A
 ``File`` that is a ``.py`` script (or ``python [opts] script.py``) must exist;
-relative paths are resolved from the current folder, as the original radT does.
+relative paths are resolved from the current folder, as the original radT does
+(the row then runs in its script's folder: see :mod:`radt.plans.workdir`).
 ``File`` and ``Params`` are split with :func:`shlex.split` and never pass
 through a shell: ``; rm -rf ~`` is four arguments.
 """
@@ -33,6 +34,7 @@ from radt.plans.model import (
     clean,
 )
 from radt.plans.scanner import Record, physical_lines, read_text, scan
+from radt.words import count
 
 _COLLOCATION_HELP = "use -, none, naive, mps, mps:PCT or a MIG profile like 3g.40gb"
 _MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb((?:[+-][a-z]+(?:\.[a-z]+)?)*)$")
@@ -260,7 +262,7 @@ def _shape_problems(record: Record, columns: list[str | None]) -> list[str]:
 
 def _too_many_cells(cells: int, columns: int) -> str:
     return (
-        f"{cells} cells, but the header names {columns} columns "
+        f"{count(cells, 'cell')}, but the header names {count(columns, 'column')} "
         '(quote a cell that contains commas, e.g. "0,1")'
     )
 

@@ -26,9 +26,11 @@ from radt.launch.registry import Discovered, discover, select
 from radt.launch.session import RecordedRun, say
 from radt.launch.supervise import Outcome, Supervisor
 from radt.listener import Client, Listener
-from radt.plans.model import Plan, PlanError, Row, Workload, format_problems
+from radt.plans.model import FAILED, FINISHED, Plan, PlanError, Row, Workload, format_problems
 from radt.plans.read import read_plan
+from radt.plans.workdir import absolute_store, place
 from radt.tracking import experiment_id
+from radt.words import count
 
 COLOURS = ("36", "33", "35", "32", "34", "31")
 SEVERITY = {"FINISHED": 0, "FAILED": 1, "KILLED": 2}
@@ -53,6 +55,10 @@ class PlanOptions:
     """Run only workloads whose every row's collocation mode is in this set."""
     job: JobInputs = field(default_factory=JobInputs)
     """``--job-ignore`` and the warm-up options: defaults under each row's own columns."""
+    rerun_all: bool = False
+    """Run every workload again, FINISHED ones too."""
+    workdir: str = "script"
+    """``script``: each row runs in its script's folder (as the original radT); ``here``."""
 
 
 def run_plan(options: PlanOptions) -> int:
@@ -69,15 +75,12 @@ def run_plan(options: PlanOptions) -> int:
     problems += check_plan(plan, pending, options, found)
     if problems:
         raise UsageError(_report(options.path, problems))
-    skipped = len(plan.workloads) - len(pending)
-    if skipped:
-        say(
-            f"skipping {skipped} workload(s): done already (--rerun runs FAILED ones again)"
-            + (" or not among --modes" if options.modes else "")
-        )
+    skipped = _skipped(plan, pending, options)
     if not pending:
-        say(f"nothing to run in {options.path}")
+        say(f"nothing to run in {options.path}: {skipped}")
         return 0
+    if len(pending) < len(plan.workloads):
+        say(f"skipping {skipped}")
     client, uri, original_env = open_store(options.tracking_uri)
     worst = 0
     # SIGTERM and SIGHUP outside a running workload (e.g. during MIG setup) must
@@ -94,6 +97,22 @@ def run_plan(options: PlanOptions) -> int:
     return worst
 
 
+def _skipped(plan: Plan, pending: list[Workload], options: PlanOptions) -> str:
+    """Which workloads will not run, why, and how to run them: ``2 workloads (2 FINISHED); …``."""
+    left = [w for w in plan.workloads if w not in pending]
+    finished = sum(w.status == FINISHED for w in left)
+    failed = sum(w.status == FAILED and not options.rerun for w in left)
+    other = len(left) - finished - failed
+    why = [f"{finished} FINISHED"] * bool(finished) + [f"{failed} FAILED"] * bool(failed)
+    why += [f"{other} not among --modes {'+'.join(sorted(options.modes or ()))}"] * bool(other)
+    how = []
+    if failed:
+        how.append("--rerun runs FAILED workloads again")
+    if finished:
+        how.append("--rerun-all runs every workload again (new runs)")
+    return f"{count(len(left), 'workload')} ({', '.join(why)})" + "".join(f"; {h}" for h in how)
+
+
 def _report(path: Path, problems: list[str]) -> str:
     """All problems, ordered by their first line number, under one count line."""
 
@@ -101,9 +120,10 @@ def _report(path: Path, problems: list[str]) -> str:
         match = re.search(r" lines? (\d+)", problem)
         return int(match[1]) if match else 0
 
-    count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
     ordered = sorted(dict.fromkeys(problems), key=first_line)
-    return f"{path} has {count}; nothing was started:\n" + "\n".join(ordered)
+    return f"{path} has {count(len(ordered), 'problem')}; nothing was started:\n" + "\n".join(
+        ordered
+    )
 
 
 class Interrupted(KeyboardInterrupt):
@@ -147,7 +167,7 @@ def check_plan(
 
 
 def _selected(plan: Plan, options: PlanOptions) -> list[Workload]:
-    pending = plan.pending(options.rerun)
+    pending = list(plan.workloads) if options.rerun_all else plan.pending(options.rerun)
     if options.modes is None:
         return pending
     return [w for w in pending if {row.collocation.mode for row in w.rows} <= options.modes]
@@ -293,6 +313,7 @@ class WorkloadRunner:
 
     def _prepare(self, index: int, row: Row, slot: collocation.Slot) -> None:
         listeners = self.row_listeners[row.line]
+        argv, cwd = place(resolve_argv(row.command), self.options.workdir)
         run = RecordedRun(
             self.client,
             self.uri,
@@ -304,6 +325,7 @@ class WorkloadRunner:
                 "radt.letter": row.letter,
                 "radt.plan_line": str(row.line),
                 **self.options.job.with_row(row.job, row.warmup_epochs, row.warmup_s).tags(),
+                "radt.workdir": str(cwd),
             },
             params=run_params(row.command),
             # A fresh instance per run: a listener object observes one process tree.
@@ -317,15 +339,18 @@ class WorkloadRunner:
         )
         self.runs.append(run)
         env = child_env(
-            {**self.original_env, **row.env}, self.uri, run, [], self.options.max_epochs
+            {**self.original_env, **row.env},
+            absolute_store(self.uri),
+            run,
+            [],
+            self.options.max_epochs,
         )
         env.update(slot.env)
         if sys.stdout.isatty():
             prefix = f"\x1b[{COLOURS[index % len(COLOURS)]}m[{row.letter}]\x1b[0m "
         else:
             prefix = f"[{row.letter}] "
-        argv = run.wrap(resolve_argv(row.command))
-        self.children.append(Child(argv, env, run.output_log, prefix))
+        self.children.append(Child(run.wrap(argv), env, run.output_log, prefix, cwd))
 
     def _start(self) -> None:
         for child, run in zip(self.children, self.runs, strict=True):

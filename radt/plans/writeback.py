@@ -1,8 +1,10 @@
 """Writing Status and Run back into a plan: atomically, under a lock, every other byte kept.
 
-The file is re-read under an exclusive lock on ``<plan>.lock`` and replaced
-atomically (temp file, fsync, rename), so radT processes recording other
-workloads of the same plan never lose each other's updates. Missing
+The file is re-read under an exclusive lock and replaced atomically (temp
+file, fsync, rename), so radT processes recording other workloads of the same
+plan never lose each other's updates. The lock file lives in radT's home
+(``~/.radt/locks/``, see :func:`lock_path`), not beside the plan, so running a
+plan leaves nothing next to it. Missing
 Status/Run columns are appended to the header.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import stat
 import tempfile
@@ -20,6 +23,7 @@ from radt.errors import UsageError
 from radt.plans.model import Plan, Row, Workload, clean
 from radt.plans.read import read_header
 from radt.plans.scanner import Record, physical_lines, read_text, scan
+from radt.record.runfolder import radt_home
 
 
 def write_results(plan: Plan, workload: Workload, results: dict[int, tuple[str, str]]) -> None:
@@ -32,12 +36,23 @@ def write_results(plan: Plan, workload: Workload, results: dict[int, tuple[str, 
         raise ValueError(f"lines {stray} are not rows of workload {workload.label}")
     updates = {line: (clean(status).upper(), clean(run)) for line, (status, run) in results.items()}
     target = Path(os.path.realpath(plan.path))
-    with _locked(plan.path.with_name(plan.path.name + ".lock")):
+    with _locked(lock_path(plan.path)):
         bom, text = read_text(target)
         text = _rewrite(text, workload, updates, plan.path)
         _atomic_write(target, (bom + text).encode("utf-8"))
     for line, (status, run) in updates.items():
         rows[line].status, rows[line].run = status, run
+
+
+def lock_path(plan_path: Path) -> Path:
+    """The lock of a plan: ``<radT home>/locks/<name>-<hash of its real path>.lock``.
+
+    Every radT process of this user (and of any host sharing the home folder)
+    that writes the same plan file takes the same lock.
+    """
+    real = os.path.realpath(plan_path)
+    digest = hashlib.sha256(real.encode()).hexdigest()[:16]
+    return radt_home() / "locks" / f"{Path(real).name}-{digest}.lock"
 
 
 def _quote(value: str) -> str:
@@ -139,9 +154,10 @@ def _splice(lines: list[str], replacements: dict[int, tuple[int, str]]) -> Itera
 
 
 @contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on ``lock_path`` (created if needed)."""
-    with open(lock_path, "a") as lock:
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on ``path`` (created if needed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

@@ -13,6 +13,7 @@ from radt.listener import Sample
 from radt.record.decimate import Decimator
 from radt.record.spool import SpoolWriter
 from radt.record.writer import BatchWriter
+from radt.words import count
 
 MAX_UNSPOOLED = 2_000_000
 
@@ -63,7 +64,7 @@ class Recorder:
         except OSError as exc:
             self.warn(f"could not close the spool cleanly: {exc}")
         if self.unspooled:
-            self.warn(f"{len(self.unspooled)} samples could not be written to the spool")
+            self.warn(f"{count(len(self.unspooled), 'sample')} could not be written to the spool")
         return self.writer.close(send_timeout_s)
 
     def _loop(self) -> None:

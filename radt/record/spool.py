@@ -20,6 +20,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from radt.listener import Sample
+from radt.words import count
 
 SCHEMA = pa.schema(
     [
@@ -144,7 +145,8 @@ def read_spool(folder: Path) -> tuple[pa.Table, list[str]]:
                     read += batch.num_rows
         except (pa.ArrowInvalid, OSError, ValueError) as exc:
             reason = " ".join(str(exc).split())[:200]
-            problems.append(f"{path.name}: kept {read} samples, skipped the rest ({reason})")
+            kept = count(read, "sample")
+            problems.append(f"{path.name}: kept {kept}, skipped the rest ({reason})")
     return pa.Table.from_batches(batches, schema=SCHEMA), problems
 
 

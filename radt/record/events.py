@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 
 from radt.listener import Emit, Sample
+from radt.words import count
 
 PROTOCOL = "radt1"
 EXAMPLES_KEY = "script/run/examples"
@@ -71,7 +72,7 @@ class EventReceiver:
             self.sock.close()
         if self.malformed:
             self.warn(
-                f"ignored {self.malformed} malformed run-API record(s) on {self.variable} "
+                f"ignored {count(self.malformed, 'malformed run-API record')} on {self.variable} "
                 "(something other than radt.log_examples/log_epoch/start_window wrote there)"
             )
 

@@ -435,7 +435,7 @@ def test_receiver_sums_processes_keeps_one_mark_per_epoch_and_counts_malformed_r
     ]
     assert receiver.records == 6 and receiver.malformed == 7
     assert warnings == [
-        f"ignored 7 malformed run-API record(s) on {receiver.variable} (something other than "
+        f"ignored 7 malformed run-API records on {receiver.variable} (something other than "
         "radt.log_examples/log_epoch/start_window wrote there)"
     ]
     with pytest.raises(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as late:

@@ -7,11 +7,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from radt.errors import RadtError, UsageError
+from radt.plans.model import MODES
 
 if TYPE_CHECKING:
     from radt.launch.job import JobInputs
 
 SUBCOMMANDS = ("sync", "listeners", "export", "runs", "ui")
+MIN_WINDOW_S = 0.001
 
 
 def launcher_parser() -> argparse.ArgumentParser:
@@ -220,10 +222,43 @@ def job_inputs(args: argparse.Namespace) -> JobInputs:
     return JobInputs(values["--job"], tuple(flags), values["--warmup-epochs"], values["--warmup-s"])
 
 
+def check_launcher_args(args: argparse.Namespace) -> None:
+    """Refuse values that cannot work, naming the option and the value."""
+    for name, value in (
+        ("--interval", args.interval),
+        ("--max-time", args.max_time),
+        ("--power-limit", args.power_limit),
+        ("--max-epochs", args.max_epochs),
+    ):
+        if value is not None and value <= 0:
+            raise UsageError(f"{name} must be positive, got {value:g}")
+    if args.grace < 0:
+        raise UsageError(f"--grace must be 0 or more, got {args.grace:g} (seconds before SIGKILL)")
+    if not args.window >= MIN_WINDOW_S:
+        raise UsageError(
+            f"--window must be at least {MIN_WINDOW_S:g} s, got {args.window:g} "
+            "(MLflow keeps whole milliseconds)"
+        )
+    if args.experiment is not None and not args.experiment.strip():
+        raise UsageError("-e/--experiment needs a name or an id; leave it out for Default")
+
+
+def parse_modes(text: str | None) -> set[str] | None:
+    """``none+naive`` (``,`` works too) → ``{"none", "naive"}``; UsageError for a typo."""
+    if text is None:
+        return None
+    modes = {mode.strip().lower() for mode in text.replace(",", "+").split("+") if mode.strip()}
+    unknown = sorted(modes - set(MODES))
+    if unknown or not modes:
+        raise UsageError(
+            f"unknown mode {', '.join(map(repr, unknown)) or repr(text)} in --modes; "
+            f"choose from {', '.join(MODES)} (joined by +)"
+        )
+    return modes
+
+
 def run_launcher(argv: list[str]) -> int:
     """``radt [options] COMMAND...``."""
-    from radt.launch.launcher import LaunchOptions, launch
-
     parser = launcher_parser()
     own, command = split_argv(argv, parser)
     args = parser.parse_args(_join_flag_values(own, ("--job-ignore",)))
@@ -235,15 +270,11 @@ def run_launcher(argv: list[str]) -> int:
     if not command:
         parser.print_usage(sys.stderr)
         raise UsageError("no command given; try `radt examples/train.py --epochs 1`")
-    for name, value in (
-        ("--interval", args.interval),
-        ("--max-time", args.max_time),
-        ("--power-limit", args.power_limit),
-        ("--max-epochs", args.max_epochs),
-    ):
-        if value is not None and value <= 0:
-            raise UsageError(f"{name} must be positive, got {value:g}")
+    check_launcher_args(args)
+    modes = parse_modes(args.modes)
     inputs = job_inputs(args)
+    from radt.launch.launcher import LaunchOptions, launch
+
     if command[0].endswith(".csv") and len(command) == 1:
         if inputs.job is not None:
             raise UsageError("--job names a single command's Job; in a plan, use the Job column")
@@ -266,7 +297,7 @@ def run_launcher(argv: list[str]) -> int:
                 tracking_uri=args.tracking_uri,
                 power_limit_w=args.power_limit,
                 max_epochs=args.max_epochs,
-                modes=set(args.modes.replace(",", "+").split("+")) if args.modes else None,
+                modes=modes,
                 job=inputs,
                 workdir=check_mode(args.workdir),
             )

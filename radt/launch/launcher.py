@@ -12,7 +12,7 @@ from radt.errors import RadtError
 from radt.launch.child import Child
 from radt.launch.command import params_from_args, resolve_argv, script_args
 from radt.launch.job import JobInputs
-from radt.launch.registry import select
+from radt.launch.registry import check_options, select
 from radt.launch.session import RecordedRun, say
 from radt.launch.supervise import Supervisor
 from radt.listener import Listener
@@ -121,6 +121,7 @@ def launch(options: LaunchOptions) -> int:
     """Run the command as an MLflow run; return the exit code radT should exit with."""
     argv = resolve_argv(options.command)
     listeners = select(options.listeners, options=options.listener_options)
+    check_options(options.listener_options, [listener.name for listener in listeners])
     client, uri, original_env = open_store(options.tracking_uri)
     exp_id = experiment_id(client, options.experiment)
     run = RecordedRun(

@@ -8,6 +8,7 @@ its ``dcgmi`` is ``dcgm``, and its ``ps`` (process tree) and ``free``
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
@@ -103,3 +104,18 @@ def select(
             "run `radt listeners` to see why, or leave it out of -l"
         )
     return [found[n].listener for n in names]  # type: ignore[misc]
+
+
+def check_options(options: dict[str, dict[str, str]], running: Iterable[str]) -> None:
+    """Refuse ``-o LISTENER.KEY=VALUE`` for a listener that will not run.
+
+    Raises UsageError naming the option and the listeners that do run.
+    """
+    names = list(dict.fromkeys(running))
+    for listener, values in options.items():
+        if listener not in names:
+            key, value = next(iter(values.items()))
+            raise UsageError(
+                f"-o {listener}.{key}={value}: listener {listener} is not running "
+                f"(running: {', '.join(names) or 'none'}); add it to -l or drop the option"
+            )

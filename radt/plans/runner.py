@@ -22,7 +22,7 @@ from radt.launch.child import Child
 from radt.launch.command import resolve_argv
 from radt.launch.job import JobInputs
 from radt.launch.launcher import child_env, open_store, run_params, run_tags
-from radt.launch.registry import Discovered, discover, select
+from radt.launch.registry import Discovered, check_options, discover, select
 from radt.launch.session import RecordedRun, say
 from radt.launch.supervise import Outcome, Supervisor
 from radt.listener import Client, Listener
@@ -147,6 +147,7 @@ def check_plan(
     """
     name = str(plan.path)
     problems = []
+    running: list[str] = []
     for workload in pending:
         for row in workload.rows:
             try:
@@ -154,7 +155,9 @@ def check_plan(
             except UsageError as exc:
                 problems.append(f"{name} line {row.line}: {exc}")
             try:
-                select(row.listeners or options.listeners, found)
+                running += [
+                    listener.name for listener in select(row.listeners or options.listeners, found)
+                ]
             except UsageError as exc:
                 problems.append(f"{name} line {row.line}: {exc}")
         try:
@@ -163,6 +166,11 @@ def check_plan(
             problems.append(f"{name} {exc}")
             continue
         problems += collocation.check(_requests(workload), limits, name)
+    if pending:
+        try:
+            check_options(options.listener_options, running)
+        except UsageError as exc:
+            problems.append(str(exc))
     return problems
 
 

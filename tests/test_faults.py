@@ -1,0 +1,234 @@
+"""Faults and bad input end to end: real full disks, read-only folders, broken stores, dead
+terminals, escaping daemons, concurrent syncs. Each fault is made for real (a small tmpfs or
+RLIMIT_FSIZE, a read-only mount, a pseudo-terminal that goes away, a double-forking daemon)
+and radT runs as a real process against a real SQLite store.
+
+The promise under test: every error a user can cause is one ``radt: error:`` line that says
+what to do (never a traceback), and a fault in radT's surroundings never stops the training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import Workspace
+
+PY = "print(1)\n"
+
+
+def one_error(done: subprocess.CompletedProcess, fragment: str) -> str:
+    """The single ``radt: error:`` line of a refused radT, which must hold ``fragment``."""
+    assert "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("radt: error:")]
+    assert len(errors) == 1, done.stderr
+    assert fragment in errors[0], done.stderr
+    return errors[0]
+
+
+# --------------------------------------------------------------------------- real faults
+
+
+class ReadOnly:
+    """Makes folders read-only for real, root included: a read-only bind mount where
+    mounting is allowed, else file modes (which bind everyone but root)."""
+
+    def __init__(self) -> None:
+        self.mounted: list[Path] = []
+        self.chmodded: list[Path] = []
+
+    def __call__(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        if _mount(["--bind", str(folder), str(folder)]):
+            self.mounted.append(folder)
+            if not _mount(["-o", "remount,bind,ro", str(folder)]):
+                pytest.skip("cannot remount a bind mount read-only here")
+        else:
+            for path in [folder, *folder.rglob("*")]:
+                path.chmod(0o555 if path.is_dir() else 0o444)
+                self.chmodded.append(path)
+        if os.access(folder, os.W_OK):
+            pytest.skip("cannot make a folder read-only here (root without mount rights)")
+        return folder
+
+    def undo(self) -> None:
+        for folder in reversed(self.mounted):
+            subprocess.run(["umount", str(folder)], check=False, capture_output=True)
+        for path in self.chmodded:
+            with contextlib.suppress(OSError):
+                path.chmod(0o755)
+
+
+def _mount(args: list[str]) -> bool:
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        return False
+    return subprocess.run(["mount", *args], capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def readonly():
+    """``readonly(folder)`` makes ``folder`` read-only until the test ends."""
+    maker = ReadOnly()
+    yield maker
+    maker.undo()
+
+
+# --------------------------------------------------------------------------- bad arguments
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--grace", "-5"], "--grace must be 0 or more, got -5"),
+        (["--window", "0"], "--window must be at least 0.001 s, got 0"),
+        (["--window", "0.0000001"], "--window must be at least 0.001 s, got 1e-07"),
+        (["-e", ""], "-e/--experiment needs a name or an id"),
+        (["-e", "  "], "-e/--experiment needs a name or an id"),
+        (["-l", "none", "-o", "nosuch.key=1"], "-o nosuch.key=1: listener nosuch is not running"),
+        (["-l", "counter", "-o", "top.per_core=1"], "listener top is not running"),
+        (["--modes", "mgi"], "unknown mode 'mgi' in --modes"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_rc_2(workspace: Workspace, args, fragment):
+    workspace.script("s.py", PY)
+    done = workspace.run([*args, "s.py"])
+    assert done.returncode == 2, done.stderr
+    one_error(done, fragment)
+    assert workspace.runs() == []
+
+
+def test_a_listener_option_for_a_running_listener_is_taken(workspace: Workspace):
+    workspace.script("s.py", PY)
+    done = workspace.run(["-l", "counter", "-o", "counter.step=2", "s.py"])
+    assert done.returncode == 0, done.stderr
+    assert workspace.only_run().info.status == "FINISHED"
+
+
+def test_modes_typo_in_a_plan_is_named(workspace: Workspace):
+    workspace.script("s.py", PY)
+    (workspace.root / "plan.csv").write_text(
+        "Experiment, Workload, Collocation, File\nstudy, w, none, s.py\n"
+    )
+    done = workspace.run(["--modes", "none+mgi", "plan.csv"])
+    assert done.returncode == 2
+    one_error(done, "unknown mode 'mgi' in --modes; choose from none, naive, mps, mig")
+
+
+# --------------------------------------------------------------------------- broken stores
+
+
+def test_a_read_only_sqlite_store_is_one_line(workspace: Workspace, readonly, template_db):
+    workspace.script("s.py", PY)
+    store = workspace.root / "ro"
+    store.mkdir()
+    shutil.copy(template_db, store / "mlflow.db")
+    readonly(store)
+    env = {**workspace.env, "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
+    done = workspace.run(["-l", "none", "s.py"], env=env)
+    assert done.returncode == 2
+    line = one_error(done, "attempt to write a readonly database")
+    assert str(store / "mlflow.db") in line and "sqlite:////" not in line
+    assert len(done.stderr.splitlines()) <= 3, done.stderr
+    assert not (workspace.home / "runs").exists() or not any((workspace.home / "runs").iterdir())
+
+
+def test_random_bytes_as_the_sqlite_store_is_one_line(workspace: Workspace):
+    workspace.script("s.py", PY)
+    junk = workspace.root / "junk.db"
+    junk.write_bytes(os.urandom(100_000))
+    env = {**workspace.env, "MLFLOW_TRACKING_URI": f"sqlite:///{junk}"}
+    done = workspace.run(["-l", "none", "s.py"], env=env)
+    assert done.returncode == 2
+    one_error(done, "file is not a database")
+
+
+def test_an_unsupported_tracking_uri_is_one_line(workspace: Workspace):
+    workspace.script("s.py", PY)
+    done = workspace.run(["-l", "none", "s.py"], env={**workspace.env, "MLFLOW_TRACKING_URI": "foo://bar"})
+    assert done.returncode == 2
+    one_error(done, "MLflow has no tracking store for foo://bar")
+
+
+def test_an_experiment_id_that_does_not_exist_is_one_line(workspace: Workspace):
+    workspace.script("s.py", PY)
+    done = workspace.run(["-l", "none", "s.py"], env={**workspace.env, "MLFLOW_EXPERIMENT_ID": "424242"})
+    assert done.returncode == 2
+    one_error(done, "MLFLOW_EXPERIMENT_ID=424242 names no experiment")
+    assert workspace.runs() == []
+
+
+@pytest.mark.parametrize("kind", ["a file", "read-only"])
+def test_radt_home_that_cannot_hold_run_folders_is_one_line_and_no_run(
+    workspace: Workspace, readonly, tmp_path, kind
+):
+    workspace.script("s.py", PY)
+    home = tmp_path / "home"
+    if kind == "a file":
+        home.write_text("not a folder")
+    else:
+        readonly(home)
+    done = workspace.run(["-l", "none", "s.py"], env={**workspace.env, "RADT_HOME": str(home)})
+    assert done.returncode == 2
+    one_error(done, f"cannot keep run folders in {home}")
+    assert workspace.runs() == []
+
+
+# --------------------------------------------------------------------------- export, ui
+
+
+@pytest.fixture
+def one_run(workspace: Workspace) -> Workspace:
+    workspace.script("s.py", PY)
+    assert workspace.run(["-l", "counter", "s.py"]).returncode == 0
+    return workspace
+
+
+def test_export_to_a_read_only_folder_or_onto_a_folder_is_one_line(one_run, readonly, tmp_path):
+    ro = readonly(tmp_path / "ro")
+    done = one_run.run(["export", "-e", "Default", "-o", str(ro / "out.csv")])
+    assert done.returncode == 2
+    one_error(done, f"cannot write {ro / 'out.csv'}")
+    (one_run.root / "adir.csv").mkdir()
+    done = one_run.run(["export", "-e", "Default", "-o", "adir.csv"])
+    assert done.returncode == 2
+    one_error(done, "adir.csv is a folder")
+
+
+def test_ui_on_a_busy_port_is_one_line_of_radts_own(one_run):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = one_run.run(["ui", "--port", str(port)], timeout=60)
+    assert done.returncode == 2
+    assert "http://" not in done.stdout
+    one_error(done, f"port {port} on 127.0.0.1 is in use")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_version_and_help_do_not_import_mlflow(workspace: Workspace):
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['radt'] + sys.argv[1:]\n"
+        "try:\n    runpy.run_module('radt', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('MLFLOW' if 'mlflow' in sys.modules else 'CLEAN', "
+        "'PANDAS' if 'pandas' in sys.modules else '')\n"
+    )
+    for args in (["--version"], ["--help"], []):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args],
+            cwd=workspace.root,
+            env=workspace.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.stdout.strip().splitlines()[-1].split()[0] == "CLEAN", (args, done.stdout)
+        assert "Traceback" not in done.stderr

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from radt.errors import TrackingUnreachable, UsageError
+from radt.errors import RadtError, TrackingUnreachable, UsageError
 
 DEFAULT_DB = "mlflow.db"
 URI_PASSWORD = re.compile(r"(?<=://)([^:/@\s]+):[^@/\s]+@")
@@ -24,6 +25,53 @@ def resolve_tracking_uri(explicit: str | None = None) -> tuple[str, bool]:
     if uri:
         return uri, False
     return f"sqlite:///{Path.cwd() / DEFAULT_DB}", True
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(unquote(urlsplit(uri).path.split("?")[0][1:]) or ":memory:")
+
+
+def store_label(uri: str) -> str:
+    """How radT names a store to people: a SQLite store by its file, anything else by its
+    URI with any password hidden (``sqlite:////data/mlflow.db`` → ``/data/mlflow.db``)."""
+    path = sqlite_path(uri)
+    return str(path) if path is not None else redact(uri)
+
+
+def quiet_mlflow_logs() -> None:
+    """Keep MLflow's own log lines out of radT's output: radT says what matters itself
+    (a new store once, a store error in one line)."""
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def reason(exc: BaseException) -> str:
+    """The first line of what went wrong at the bottom of ``exc``'s chain, at most 200
+    characters (``attempt to write a readonly database``, not SQLAlchemy's wrapping)."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    first = re.sub(r"^\((\w+\.)*\w+\)\s*", "", first)
+    return first[:200]
+
+
+def store_error(uri: str, exc: BaseException, doing: str) -> RadtError:
+    """A one-line error for a store that answered but refused: what, where, what to do."""
+    if isinstance(exc, RadtError):
+        return exc
+    if sqlite_path(uri) is not None:
+        advice = "make the file writable, or point MLFLOW_TRACKING_URI at another store"
+    else:
+        advice = "check the tracking server's log, or point MLFLOW_TRACKING_URI at another store"
+    return RadtError(
+        f"cannot {doing} in the tracking store {store_label(uri)} ({reason(exc)}); {advice}"
+    )
 
 
 def redact(uri: str) -> str:
@@ -75,16 +123,29 @@ def connect(uri: str):
 
     Raises TrackingUnreachable with what to do when it does not.
     """
+    quiet_mlflow_logs()
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
     try:
+        client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "nsupported URI" in str(exc) or "nsupported scheme" in str(exc):
+            scheme = urlsplit(uri).scheme or uri
+            raise TrackingUnreachable(
+                f"MLflow has no tracking store for {redact(uri)} (scheme {scheme!r}); use "
+                "http(s)://HOST:PORT, sqlite:///FILE, postgresql://… or mysql://…, "
+                "or unset MLFLOW_TRACKING_URI to use the embedded store ./mlflow.db"
+            ) from exc
+        if sqlite_path(uri) is not None:
+            advice = "check the file, or point MLFLOW_TRACKING_URI at another store"
+        else:
+            advice = (
+                "start the server, fix MLFLOW_TRACKING_URI, "
+                "or unset it to use the embedded store ./mlflow.db"
+            )
         raise TrackingUnreachable(
-            f"cannot reach the tracking store {redact(uri)} ({first[:200]}); start the server, "
-            "fix MLFLOW_TRACKING_URI, or unset it to use the embedded store ./mlflow.db"
+            f"cannot reach the tracking store {store_label(uri)} ({reason(exc)}); {advice}"
         ) from exc
     return client
 
@@ -93,11 +154,36 @@ def experiment_id(client, name_or_id: str | None) -> str:
     """Find or create the experiment named (or numbered) ``name_or_id``.
 
     With None: ``MLFLOW_EXPERIMENT_ID``, then ``MLFLOW_EXPERIMENT_NAME``, then
-    MLflow's ``Default`` experiment.
+    MLflow's ``Default`` experiment. Raises RadtError (one line) when the store refuses.
     """
+    uri = getattr(client, "tracking_uri", "") or ""
+    try:
+        return _experiment_id(client, name_or_id)
+    except RadtError:
+        raise
+    except Exception as exc:
+        raise store_error(uri, exc, "find or create the experiment") from exc
+
+
+def _experiment_id(client, name_or_id: str | None) -> str:
     if name_or_id is None:
-        if os.environ.get("MLFLOW_EXPERIMENT_ID"):
-            return os.environ["MLFLOW_EXPERIMENT_ID"]
+        given = os.environ.get("MLFLOW_EXPERIMENT_ID", "").strip()
+        if given:
+            experiment = None
+            try:
+                experiment = client.get_experiment(given)
+            except Exception as exc:
+                if getattr(exc, "error_code", None) not in (
+                    "RESOURCE_DOES_NOT_EXIST",
+                    "INVALID_PARAMETER_VALUE",
+                ):
+                    raise
+            if experiment is None or experiment.lifecycle_stage == "deleted":
+                raise UsageError(
+                    f"MLFLOW_EXPERIMENT_ID={given} names no experiment in the tracking store; "
+                    "unset it, or choose one with -e NAME (created if missing)"
+                )
+            return experiment.experiment_id
         name_or_id = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default"
     experiment = client.get_experiment_by_name(name_or_id)
     if experiment is not None:

@@ -232,3 +232,17 @@ def test_version_and_help_do_not_import_mlflow(workspace: Workspace):
         )
         assert done.stdout.strip().splitlines()[-1].split()[0] == "CLEAN", (args, done.stdout)
         assert "Traceback" not in done.stderr
+
+
+def test_a_new_store_is_said_once_in_radts_words(workspace: Workspace, tmp_path):
+    workspace.script("s.py", PY)
+    fresh = tmp_path / "fresh" / "mlflow.db"
+    fresh.parent.mkdir()
+    done = workspace.run(
+        ["-l", "none", "s.py"], env={**workspace.env, "MLFLOW_TRACKING_URI": f"sqlite:///{fresh}"}
+    )
+    assert done.returncode == 0, done.stderr
+    assert "INFO" not in done.stderr and "mlflow.store" not in done.stderr, done.stderr
+    assert "sqlite:///" not in done.stderr, done.stderr
+    said = [line for line in done.stderr.splitlines() if str(fresh) in line]
+    assert said == [f"radt: tracking store {fresh} (new)"], done.stderr

@@ -21,8 +21,9 @@ from radt.tracking import (
     experiment_id,
     move_credentials,
     prepare_process_env,
-    redact,
     resolve_tracking_uri,
+    sqlite_path,
+    store_label,
 )
 from radt.words import count
 
@@ -50,20 +51,26 @@ class LaunchOptions:
 
 
 def open_store(explicit_uri: str | None):
-    """Resolve the tracking URI (saying so when it is the embedded one) and connect.
+    """Resolve the tracking URI, connect, and name the store in one line.
 
     Returns ``(client, uri, environment before radT changed it)``.
     """
     uri, embedded = resolve_tracking_uri(explicit_uri)
-    if embedded:
-        say(f"MLFLOW_TRACKING_URI is not set; using the embedded store {uri}")
     uri, credentials = move_credentials(uri)
     os.environ.update(credentials)
     if "MLFLOW_TRACKING_URI" in os.environ:
         os.environ["MLFLOW_TRACKING_URI"] = uri
     original_env = dict(os.environ)
     prepare_process_env()
-    return connect(uri), uri, original_env
+    database = sqlite_path(uri)
+    new = database is not None and not database.exists()
+    client = connect(uri)
+    store = f"{store_label(uri)}{' (new)' if new else ''}"
+    if embedded:
+        say(f"MLFLOW_TRACKING_URI is not set; using the embedded store {store}")
+    else:
+        say(f"tracking store {store}")
+    return client, uri, original_env
 
 
 def run_tags(command: list[str], listeners: list[Listener], devices: list[str]) -> dict[str, str]:
@@ -141,7 +148,7 @@ def launch(options: LaunchOptions) -> int:
         devices=options.devices,
         listener_options=options.listener_options,
     )
-    say(f"run {run.info.run_name} ({run.run_id}) in experiment {exp_id} at {redact(uri)}")
+    say(f"run {run.info.run_name} ({run.run_id}) in experiment {exp_id}")
     env = child_env(original_env, uri, run, options.devices, options.max_epochs)
     child = Child(argv, env, run.output_log)
     supervisor = Supervisor([child], say, options.grace_s, options.max_time_min)

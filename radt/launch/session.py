@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -11,21 +12,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from radt.errors import RadtError
 from radt.launch import environment
 from radt.listener import Listener, PolledListener, RunContext
 from radt.record.decimate import Decimator
 from radt.record.events import EventReceiver
 from radt.record.finalize import finish
 from radt.record.recorder import Recorder
-from radt.record.runfolder import RunFolder, RunState
+from radt.record.runfolder import RunFolder, RunState, check_runs_root, runs_root
 from radt.record.sampler import Sampler
 from radt.record.spool import SpoolWriter
 from radt.record.writer import BatchWriter
+from radt.tracking import reason, store_error
 
 
 def say(message: str) -> None:
     """Print one line from radT on stderr."""
     print(f"radt: {message}", file=sys.stderr, flush=True)
+
+
+def _abandon(client, run_id: str, exc: BaseException) -> None:
+    """End a run that radT could not start recording as FAILED, saying why (best effort)."""
+    with contextlib.suppress(Exception):
+        client.set_tag(run_id, "radt.note", f"radT could not start recording: {reason(exc)}")
+        client.set_terminated(run_id, "FAILED")
 
 
 class RecordedRun:
@@ -53,7 +63,11 @@ class RecordedRun:
 
         if parent_run_id:
             tags = {**tags, "mlflow.parentRunId": parent_run_id}
-        run = client.create_run(experiment_id, tags=tags, run_name=run_name)
+        check_runs_root()
+        try:
+            run = client.create_run(experiment_id, tags=tags, run_name=run_name)
+        except Exception as exc:
+            raise store_error(tracking_uri, exc, "create a run") from exc
         self.client = client
         self.info = run.info
         self.run_id = run.info.run_id
@@ -61,9 +75,13 @@ class RecordedRun:
         self.listener_options = listener_options or {}
         self.warn = warn
         if params:
-            client.log_batch(
-                self.run_id, params=[Param(k, v) for k, v in params.items()], synchronous=True
-            )
+            try:
+                client.log_batch(
+                    self.run_id, params=[Param(k, v) for k, v in params.items()], synchronous=True
+                )
+            except Exception as exc:
+                _abandon(client, self.run_id, exc)
+                raise store_error(tracking_uri, exc, "log the command's params") from exc
         started_s = run.info.start_time / 1000
         self.state = RunState(
             run_id=self.run_id,
@@ -73,7 +91,14 @@ class RecordedRun:
             started_s=started_s,
             window_s=window_s,
         )
-        self.folder = RunFolder.create(self.state)
+        try:
+            self.folder = RunFolder.create(self.state)
+        except OSError as exc:
+            _abandon(client, self.run_id, exc)
+            raise RadtError(
+                f"cannot create the run folder under {runs_root()} ({exc.strerror or exc}); "
+                "set RADT_HOME to a writable folder with free space"
+            ) from exc
         self.recorder = Recorder(
             SpoolWriter(self.folder.spool),
             BatchWriter(client, self.run_id, warn),

@@ -10,8 +10,11 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from radt.errors import RadtError
 
 STATE_FILE = "run.json"
 
@@ -27,6 +30,25 @@ def radt_home() -> Path:
 def runs_root() -> Path:
     """Where run folders live."""
     return radt_home() / "runs"
+
+
+def check_runs_root() -> Path:
+    """Make sure run folders can be created under :func:`runs_root`; return it.
+
+    Raises RadtError (one line, what to do) when ``RADT_HOME`` is a file, read-only or
+    otherwise unusable, so that no MLflow run is created that radT could not record.
+    """
+    root = runs_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".probe-"):
+            pass
+    except OSError as exc:
+        raise RadtError(
+            f"cannot keep run folders in {root} ({exc.strerror or exc}); "
+            "set RADT_HOME to a writable folder (default ~/.radt)"
+        ) from exc
+    return root
 
 
 @dataclass

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
+import socket
 import sys
 import threading
 
@@ -38,6 +40,7 @@ def run_ui(argv: list[str]) -> int:
     args = ui_parser().parse_args(argv)
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
+    _check_port(args.host, args.port)
     prepare_process_env()  # an unreachable server fails a page in seconds, not minutes
     from radt.frontend.app import create_app
     from radt.frontend.data import Store
@@ -57,6 +60,24 @@ def run_ui(argv: list[str]) -> int:
             "choose another --port"
         ) from exc
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse, in one line and before saying any URL, a port the UI could not listen on."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(
+                    f"port {port} on {host} is in use by another program; choose another --port"
+                ) from exc
+            raise UsageError(
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                "check --host or choose another --port"
+            ) from exc
 
 
 def _warm(store) -> None:

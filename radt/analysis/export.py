@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,6 +87,21 @@ def _format(args: argparse.Namespace) -> str:
     return found
 
 
+def _check_output(target: Path, fmt: str) -> None:
+    """Refuse, before any loading, an output that cannot be written."""
+    if target.is_dir():
+        raise UsageError(f"{target} is a folder; name a file in it, e.g. {target / ('out.' + fmt)}")
+    folder = target.parent
+    if not folder.exists():
+        raise UsageError(f"folder {folder} does not exist; create it or choose another -o")
+    if not os.access(folder, os.W_OK | os.X_OK) or (
+        target.exists() and not os.access(target, os.W_OK)
+    ):
+        raise UsageError(
+            f"cannot write {target} (folder {folder} is read-only for you); choose another -o"
+        )
+
+
 def run_export(argv: list[str]) -> int:
     """``radt export``: samples, wide samples or the summary of runs, to CSV or Parquet."""
     import pandas as pd
@@ -99,6 +115,8 @@ def run_export(argv: list[str]) -> int:
         raise UsageError("only csv can go to stdout (-o -); name a file for parquet")
     if args.summary and (args.keys or args.start or args.end):
         raise UsageError("--summary takes no --keys, --start or --end (it uses every sample)")
+    if args.output != "-":
+        _check_output(Path(args.output), fmt)
     selection = {
         "experiment": args.experiment,
         "runs": args.runs,
@@ -126,12 +144,15 @@ def run_export(argv: list[str]) -> int:
         frame.to_csv(sys.stdout, index=False)
     else:
         target = Path(args.output)
-        if target.parent and not target.parent.exists():
-            raise UsageError(f"folder {target.parent} does not exist")
-        if fmt == "csv":
-            frame.to_csv(target, index=False)
-        else:
-            frame.to_parquet(target, index=False)
+        try:
+            if fmt == "csv":
+                frame.to_csv(target, index=False)
+            else:
+                frame.to_parquet(target, index=False)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write {target} ({exc.strerror or exc}); choose another -o"
+            ) from exc
     print(
         f"radt: wrote {count(len(frame), what)} of {count(runs, 'run')} to {args.output}",
         file=sys.stderr,

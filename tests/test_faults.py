@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import Workspace
+from conftest import Workspace, wait_for
 
 PY = "print(1)\n"
 
@@ -150,14 +151,18 @@ def test_random_bytes_as_the_sqlite_store_is_one_line(workspace: Workspace):
 
 def test_an_unsupported_tracking_uri_is_one_line(workspace: Workspace):
     workspace.script("s.py", PY)
-    done = workspace.run(["-l", "none", "s.py"], env={**workspace.env, "MLFLOW_TRACKING_URI": "foo://bar"})
+    done = workspace.run(
+        ["-l", "none", "s.py"], env={**workspace.env, "MLFLOW_TRACKING_URI": "foo://bar"}
+    )
     assert done.returncode == 2
     one_error(done, "MLflow has no tracking store for foo://bar")
 
 
 def test_an_experiment_id_that_does_not_exist_is_one_line(workspace: Workspace):
     workspace.script("s.py", PY)
-    done = workspace.run(["-l", "none", "s.py"], env={**workspace.env, "MLFLOW_EXPERIMENT_ID": "424242"})
+    done = workspace.run(
+        ["-l", "none", "s.py"], env={**workspace.env, "MLFLOW_EXPERIMENT_ID": "424242"}
+    )
     assert done.returncode == 2
     one_error(done, "MLFLOW_EXPERIMENT_ID=424242 names no experiment")
     assert workspace.runs() == []
@@ -246,3 +251,86 @@ def test_a_new_store_is_said_once_in_radts_words(workspace: Workspace, tmp_path)
     assert "sqlite:///" not in done.stderr, done.stderr
     said = [line for line in done.stderr.splitlines() if str(fresh) in line]
     assert said == [f"radt: tracking store {fresh} (new)"], done.stderr
+
+
+# --------------------------------------------------------------------------- exit codes
+
+# Waits to be interrupted; ``CATCH=1`` catches it and exits 1 (as many training loops do).
+# The handler is set explicitly: the test must not depend on the SIGINT disposition it
+# inherited (a suite started with `cmd &` ignores SIGINT).
+INTERRUPTIBLE = """
+import os, signal, sys, time
+from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)
+Path("ready").write_text(str(os.getpid()))
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    if os.environ.get("CATCH"):
+        sys.exit(1)
+    raise
+"""
+
+
+@pytest.mark.parametrize("catch", ["", "1"], ids=["dies-of-sigint", "catches-and-exits-1"])
+def test_exit_code_tag_line_and_rc_agree_after_ctrl_c(workspace: Workspace, catch):
+    workspace.script("wait.py", INTERRUPTIBLE)
+    workspace.env["CATCH"] = catch
+    radt = workspace.start(["-l", "none", "--grace", "20", "wait.py"])
+    try:
+        wait_for(lambda: (workspace.root / "ready").exists(), timeout=90)
+        radt.send_signal(signal.SIGINT)
+        out, err = radt.communicate(timeout=90)
+    finally:
+        radt.kill()
+    assert radt.returncode == 130, err
+    assert "interrupted" in out
+    run = workspace.only_run()
+    assert f"radt: run {run.info.run_id} KILLED (exit code 130)" in err
+    assert run.info.status == "KILLED"
+    assert run.data.tags["radt.exit_code"] == "130"
+    assert run.data.tags["radt.signal"] == "SIGINT"
+
+
+def test_exit_code_tag_of_a_command_that_dies_of_a_signal(workspace: Workspace):
+    workspace.script("die.py", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = workspace.run(["-l", "none", "die.py"])
+    assert done.returncode == 137
+    run = workspace.only_run()
+    assert "KILLED (exit code 137)" in done.stderr
+    assert run.data.tags["radt.exit_code"] == "137"
+    assert run.data.tags["radt.signal"] == "SIGKILL"
+
+
+def test_exit_code_tag_of_a_failing_command_has_no_signal(workspace: Workspace):
+    workspace.script("fail.py", "import sys; sys.exit(3)\n")
+    done = workspace.run(["-l", "none", "fail.py"])
+    assert done.returncode == 3
+    run = workspace.only_run()
+    assert run.data.tags["radt.exit_code"] == "3" and "radt.signal" not in run.data.tags
+
+
+def test_exit_code_tags_of_plan_rows_and_the_workload_after_ctrl_c(workspace: Workspace):
+    workspace.script("wait.py", INTERRUPTIBLE)
+    workspace.env["CATCH"] = "1"
+    (workspace.root / "plan.csv").write_text(
+        "Experiment, Workload, Collocation, File, Listeners\nstudy, w, none, wait.py, none\n"
+    )
+    radt = workspace.start(["--grace", "20", "plan.csv"])
+    try:
+        wait_for(lambda: (workspace.root / "ready").exists(), timeout=90)
+        radt.send_signal(signal.SIGINT)
+        _, err = radt.communicate(timeout=90)
+    finally:
+        radt.kill()
+    assert radt.returncode == 130, err
+    runs = workspace.runs("study")
+    assert len(runs) == 2
+    for run in runs:
+        assert run.info.status == "KILLED"
+        assert run.data.tags["radt.exit_code"] == "130", run.data.tags
+        assert run.data.tags["radt.signal"] == "SIGINT"
+    assert "KILLED" in (workspace.root / "plan.csv").read_text()
+    assert "workload study/w: KILLED (exit code 130)" in err

@@ -14,7 +14,7 @@ from radt.launch.command import params_from_args, resolve_argv, script_args
 from radt.launch.job import JobInputs
 from radt.launch.registry import check_options, select
 from radt.launch.session import RecordedRun, say
-from radt.launch.supervise import Supervisor
+from radt.launch.supervise import Supervisor, ended
 from radt.listener import Listener
 from radt.tracking import (
     connect,
@@ -163,13 +163,18 @@ def launch(options: LaunchOptions) -> int:
             run.capture_environment()
             (returncode,) = supervisor.wait()
             run.stop_sampling()
-    except BaseException:
+    except BaseException as exc:
         if child.process is not None and child.poll() is None:
             child.signal_group(signal.SIGKILL)
             child.process.wait()
             child.poll()  # notes when it ended
-        run.state.note = "radT failed while the command ran"
-        _end(run, child, "FAILED", None, options)
+        if isinstance(exc, KeyboardInterrupt):  # a signal before radT's own handlers were set
+            stopped = ended("KILLED", 130, "radT received SIGINT", signal.SIGINT)
+            run.state.tags.update(stopped.tags)
+            _end(run, child, stopped.status, stopped.exit_code, options)
+        else:
+            run.state.note = "radT failed while the command ran"
+            _end(run, child, "FAILED", None, options)
         raise
     outcome = supervisor.judge(returncode)
     run.state.tags.update(outcome.tags)

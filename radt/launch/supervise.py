@@ -21,6 +21,20 @@ class Outcome:
     tags: dict[str, str] = field(default_factory=dict)
 
 
+def ended(
+    status: str, exit_code: int, reason: str | None = None, signum: int | None = None
+) -> Outcome:
+    """An outcome with its tags: ``radt.exit_code`` is the status radT exits with (0–255,
+    128+N for signal N), ``radt.signal`` the signal the command died of or was stopped with,
+    ``radt.stop_reason`` why radT stopped it."""
+    tags = {"radt.exit_code": str(exit_code)}
+    if signum is not None:
+        tags["radt.signal"] = signal.Signals(signum).name
+    if reason:
+        tags["radt.stop_reason"] = reason
+    return Outcome(status, exit_code, tags)
+
+
 class Supervisor:
     """Waits for commands that run together; use as a context manager.
 
@@ -42,6 +56,9 @@ class Supervisor:
         self.max_time_min = max_time_min
         self.reason: str | None = None
         self.signum: int | None = None
+        """The signal radT received (its exit code is then 128 + it)."""
+        self.sent: int | None = None
+        """The last signal radT sent to stop the commands on its own (``--max-time``)."""
         self._kill_at: float | None = None
         self._previous: dict[int, object] = {}
 
@@ -77,6 +94,7 @@ class Supervisor:
             self.reason = reason
             self._kill_at = time.monotonic() + self.grace_s
             self.warn(f"{reason}; sending SIGTERM (SIGKILL in {self.grace_s:g} s)")
+            self.sent = signal.SIGTERM
             self._signal_all(signal.SIGTERM)
 
     def wait(self, on_exit: Callable[[int], None] | None = None) -> list[int]:
@@ -102,20 +120,17 @@ class Supervisor:
                 self.stop_all(f"--max-time of {self.max_time_min:g} min reached")
             if self._kill_at is not None and now >= self._kill_at:
                 self.warn("the command did not stop within the grace period; sending SIGKILL")
+                self.sent = signal.SIGKILL
                 self._signal_all(signal.SIGKILL)
                 self._kill_at = None
             time.sleep(0.05)
 
     def judge(self, returncode: int) -> Outcome:
         """The status of a run whose command ended with ``returncode``."""
-        tags = {"radt.exit_code": str(returncode)}
-        if self.reason:
-            tags["radt.stop_reason"] = self.reason
         if self.signum is not None:
-            return Outcome("KILLED", 128 + self.signum, tags)
+            return ended("KILLED", 128 + self.signum, self.reason, self.signum)
         if returncode < 0:
-            tags.setdefault(
-                "radt.stop_reason", f"the command died of {signal.Signals(-returncode).name}"
-            )
-            return Outcome("KILLED", 128 - returncode, tags)
-        return Outcome("FINISHED" if returncode == 0 else "FAILED", returncode, tags)
+            reason = self.reason or f"the command died of {signal.Signals(-returncode).name}"
+            return ended("KILLED", 128 - returncode, reason, -returncode)
+        status = "FINISHED" if returncode == 0 else "FAILED"
+        return ended(status, returncode, self.reason, self.sent if self.reason else None)

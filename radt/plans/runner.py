@@ -24,7 +24,7 @@ from radt.launch.job import JobInputs
 from radt.launch.launcher import child_env, open_store, run_params, run_tags
 from radt.launch.registry import Discovered, check_options, discover, select
 from radt.launch.session import RecordedRun, say
-from radt.launch.supervise import Outcome, Supervisor
+from radt.launch.supervise import Outcome, Supervisor, ended
 from radt.listener import Client, Listener
 from radt.plans.model import FAILED, FINISHED, Plan, PlanError, Row, Workload, format_problems
 from radt.plans.read import read_plan
@@ -408,14 +408,13 @@ class WorkloadRunner:
             return self.supervisor.judge(codes[index])
         if self.supervisor is not None and self.supervisor.signum is not None:
             signum = self.supervisor.signum
-            return Outcome(
-                "KILLED", 128 + signum, {"radt.stop_reason": self.supervisor.reason or ""}
-            )
+            return ended("KILLED", 128 + signum, self.supervisor.reason, signum)
         if isinstance(failure, KeyboardInterrupt):
             signum = getattr(failure, "signum", signal.SIGINT)
-            reason = f"radT received {signal.Signals(signum).name}"
-            return Outcome("KILLED", 128 + signum, {"radt.stop_reason": reason})
-        return Outcome("FAILED", 1, {"radt.stop_reason": f"radT could not run it: {failure}"})
+            return ended(
+                "KILLED", 128 + signum, f"radT received {signal.Signals(signum).name}", signum
+            )
+        return ended("FAILED", 1, f"radT could not run it: {failure}")
 
     def _close(self, codes: list[int], failure: BaseException | None) -> int:
         for stopping in self._stopping:
@@ -447,9 +446,15 @@ class WorkloadRunner:
         if reason:
             self.parent.state.tags["radt.stop_reason"] = reason
         self.parent.state.tags["radt.exit_code"] = str(worst.exit_code)
+        signum = self.supervisor.signum if self.supervisor is not None else None
+        signum = signum or getattr(failure, "signum", None)
+        if signum is None and isinstance(failure, KeyboardInterrupt):
+            signum = signal.SIGINT
+        if signum is not None:
+            self.parent.state.tags["radt.signal"] = signal.Signals(signum).name
         self.parent.close(worst.status, worst.exit_code, ended_s=workload_ended_s)
         self.plan.record(self.workload, results)
-        say(f"workload {self.workload.label}: {worst.status}")
+        say(f"workload {self.workload.label}: {worst.status} (exit code {worst.exit_code})")
         self.interrupted = isinstance(failure, KeyboardInterrupt) or (
             self.supervisor is not None and self.supervisor.signum is not None
         )

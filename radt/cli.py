@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from radt.console import guard_std_streams
 from radt.errors import RadtError, UsageError
 from radt.plans.model import MODES
 
@@ -363,6 +364,7 @@ def run_sync(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``radt`` console script."""
     argv = sys.argv[1:] if argv is None else argv
+    guard_std_streams()
     try:
         if argv and argv[0] == "sync":
             return run_sync(argv[1:])

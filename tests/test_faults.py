@@ -334,3 +334,113 @@ def test_exit_code_tags_of_plan_rows_and_the_workload_after_ctrl_c(workspace: Wo
         assert run.data.tags["radt.signal"] == "SIGINT"
     assert "KILLED" in (workspace.root / "plan.csv").read_text()
     assert "workload study/w: KILLED (exit code 130)" in err
+
+
+# --------------------------------------------------------------------------- terminals
+
+# Prints numbered lines until stopped; each number goes to `printed` after it was printed,
+# so the test knows every line the command wrote to radT before it ended.
+CHATTY = """
+import os, sys, time
+from pathlib import Path
+Path("ready").write_text(str(os.getpid()))
+with open("printed", "w") as record:
+    for n in range(int(os.environ.get("LINES", "1000000"))):
+        print(f"line {n:06d} " + "x" * 60, flush=True)
+        record.write(f"{n}\\n")
+        record.flush()
+        time.sleep(float(os.environ.get("PAUSE", "0.005")))
+"""
+
+
+def _drain(fd: int, until, timeout: float = 90.0) -> bytes:
+    """Read ``fd`` until ``until()`` holds (so the writer never blocks on a full buffer)."""
+    import select
+    import time
+
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, "timed out waiting: " + seen[-2000:].decode("replace")
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            seen += chunk
+    return seen
+
+
+def _log_lines(workspace: Workspace, run_id: str, dest: Path) -> list[str]:
+    local = workspace.client().download_artifacts(run_id, "radt/output.log", str(dest))
+    return [line for line in Path(local).read_text().splitlines() if line.startswith("line ")]
+
+
+def test_a_terminal_that_goes_away_ends_the_run_killed_by_sighup_with_the_whole_log(
+    workspace: Workspace, tmp_path
+):
+    import fcntl
+    import termios
+
+    workspace.script("chatty.py", CHATTY)
+    master, slave = os.openpty()
+
+    def controlling_terminal() -> None:  # radT is the session leader of the pty, as a login is
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    radt = subprocess.Popen(
+        workspace.argv(["-l", "counter", "--grace", "20", "chatty.py"]),
+        cwd=workspace.root,
+        env=workspace.env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=controlling_terminal,
+    )
+    os.close(slave)
+    try:
+        printed = workspace.root / "printed"
+        _drain(master, lambda: printed.exists() and len(printed.read_text().split()) >= 50)
+        os.close(master)  # the terminal goes away: hang-up
+        assert radt.wait(timeout=120) == 128 + signal.SIGHUP
+    finally:
+        radt.kill()
+        if (workspace.root / "ready").exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int((workspace.root / "ready").read_text()), signal.SIGKILL)
+    run = workspace.only_run()
+    assert run.info.status == "KILLED", run.data.tags
+    assert run.data.tags["radt.exit_code"] == "129"
+    assert run.data.tags["radt.signal"] == "SIGHUP"
+    assert run.data.tags["radt.stop_reason"] == "radT received SIGHUP"
+    assert "radt.note" not in run.data.tags
+    wrote = len((workspace.root / "printed").read_text().split())
+    logged = _log_lines(workspace, run.info.run_id, tmp_path)
+    assert len(logged) >= wrote and logged[:wrote] == [
+        f"line {n:06d} " + "x" * 60 for n in range(wrote)
+    ]
+
+
+def test_a_reader_that_goes_away_does_not_stop_the_training(workspace: Workspace, tmp_path):
+    workspace.script("chatty.py", CHATTY)
+    workspace.env.update(LINES="3000", PAUSE="0")
+    radt = subprocess.Popen(
+        workspace.argv(["-l", "none", "chatty.py"]),
+        cwd=workspace.root,
+        env=workspace.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert radt.stdout is not None and radt.stderr is not None
+        radt.stdout.readline()
+        radt.stdout.close()  # as `radt train.py | head -1`
+        radt.stderr.close()
+        assert radt.wait(timeout=120) == 0
+    finally:
+        radt.kill()
+    run = workspace.only_run()
+    assert run.info.status == "FINISHED"
+    assert len(_log_lines(workspace, run.info.run_id, tmp_path)) == 3000

@@ -1,0 +1,65 @@
+"""radT's own stdout and stderr, made safe against a terminal or pipe that goes away.
+
+A closed terminal (EIO), a reader that exits (EPIPE) or a closed stream must never stop radT
+or the training it records: once a write fails, that stream's descriptor is pointed at
+``/dev/null``, so every later write (radT's lines, MLflow's logging, the interpreter's own
+flush at exit) succeeds silently, and the run ends as it would have with a terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import TextIO
+
+
+class _Resilient:
+    """A text stream whose write and flush never raise; other attributes pass through."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError):
+                self._go_quiet()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._go_quiet()
+
+    def _go_quiet(self) -> None:
+        self.gone = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            fd = self._stream.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, fd)  # what is still buffered now drains into /dev/null
+            finally:
+                os.close(devnull)
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def guard_std_streams() -> None:
+    """Wrap ``sys.stdout`` and ``sys.stderr`` (real file streams only) in resilient ones."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or isinstance(stream, _Resilient):
+            continue
+        try:
+            stream.fileno()
+        except (OSError, ValueError, AttributeError):
+            continue  # not a file (a test's capture): nothing can go away under it
+        setattr(sys, name, _Resilient(stream))

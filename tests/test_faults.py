@@ -80,6 +80,61 @@ def readonly():
     maker.undo()
 
 
+class FullDisk:
+    """A folder on a real, nearly full filesystem: a 256 KiB tmpfs with 12 KiB free where
+    mounting is allowed; elsewhere an ordinary folder, and radT runs under RLIMIT_FSIZE (a
+    write past the limit fails with EFBIG, as a write to a full disk fails with ENOSPC)."""
+
+    TMPFS_BYTES = 256 * 1024
+    FREE_BYTES = 12 * 1024
+    RLIMIT_BYTES = 4 * 1024 * 1024  # above the SQLite store's size: only radT's files hit it
+
+    def __init__(self, folder: Path, how: str) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.mounted = how == "tmpfs" and _mount(
+            ["-t", "tmpfs", "-o", f"size={self.TMPFS_BYTES}", "tmpfs", str(folder)]
+        )
+        if self.mounted:
+            filler = folder / "filler"
+            with open(filler, "wb") as f, contextlib.suppress(OSError):
+                f.write(b"\0" * (self.TMPFS_BYTES - self.FREE_BYTES))
+            stat = os.statvfs(folder)
+            assert stat.f_bavail * stat.f_frsize <= 2 * self.FREE_BYTES
+            self.room = stat.f_bavail * stat.f_frsize
+        else:
+            import resource  # noqa: F401  (Linux and macOS: the fallback is always there)
+
+            self.room = self.RLIMIT_BYTES
+
+    def preexec(self):
+        """For radT's process: nothing on the tmpfs, the file-size limit elsewhere."""
+        if self.mounted:
+            return None
+
+        def limit() -> None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_FSIZE, (self.RLIMIT_BYTES, self.RLIMIT_BYTES))
+
+        return limit
+
+    def undo(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.folder)], check=False, capture_output=True)
+
+
+@pytest.fixture(params=["tmpfs", "rlimit"])
+def full_disk(request, tmp_path):
+    """A nearly full disk for ``RADT_HOME`` (see FullDisk): a real small tmpfs where radT's
+    tests may mount one (skipped elsewhere, with the reason), and RLIMIT_FSIZE everywhere."""
+    disk = FullDisk(tmp_path / "full", request.param)
+    if request.param == "tmpfs" and not disk.mounted:
+        pytest.skip("cannot mount a tmpfs here (needs root with mount rights); RLIMIT_FSIZE runs")
+    yield disk
+    disk.undo()
+
+
 # --------------------------------------------------------------------------- bad arguments
 
 
@@ -444,3 +499,56 @@ def test_a_reader_that_goes_away_does_not_stop_the_training(workspace: Workspace
     run = workspace.only_run()
     assert run.info.status == "FINISHED"
     assert len(_log_lines(workspace, run.info.run_id, tmp_path)) == 3000
+
+
+# --------------------------------------------------------------------------- full disk
+
+# Prints one line, waits until radT has logged it, then prints BYTES more in lines of 100.
+LOUD = """
+import os, sys, time
+from pathlib import Path
+log = Path(os.environ["RADT_HOME"], "runs", os.environ["RADT_RUN_ID"], "artifacts", "radt",
+           "output.log")
+print("line 000000 " + "x" * 87, flush=True)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and not (log.exists() and log.stat().st_size >= 100):
+    time.sleep(0.02)
+for n in range(1, int(os.environ["BYTES"]) // 100 + 1):
+    print(f"line {n:06d} " + "x" * 87)
+print("done", file=sys.stderr, flush=True)
+"""
+
+
+def test_a_full_disk_is_a_warning_and_the_training_goes_on(
+    workspace: Workspace, full_disk, tmp_path
+):
+    workspace.script("loud.py", LOUD)
+    expected_bytes = 300_000 if full_disk.mounted else 6 * 1024 * 1024
+    env = {**workspace.env, "RADT_HOME": str(full_disk.folder), "BYTES": str(expected_bytes)}
+    done = subprocess.run(
+        workspace.argv(["-l", "counter", "loud.py"]),
+        cwd=workspace.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,  # before the fix the command blocked forever on a full pipe
+        preexec_fn=full_disk.preexec(),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.count("\n") == expected_bytes // 100 + 1  # the terminal got everything
+    warnings = [line for line in done.stderr.splitlines() if "cannot write the output log" in line]
+    assert len(warnings) == 1, done.stderr
+    assert "the command goes on" in warnings[0]
+    run = workspace.only_run()
+    assert run.info.status == "FINISHED", run.data.tags
+    assert run.data.tags["radt.exit_code"] == "0"
+    # Whatever fitted is kept: a prefix of the output, cut at most inside its last line.
+    local = workspace.client().download_artifacts(run.info.run_id, "radt/output.log", str(tmp_path))
+    kept = Path(local).read_text()
+    assert kept.startswith("line 000000 ")
+    assert 100 <= len(kept) <= full_disk.room
+    full_lines = kept.splitlines()[:-1]
+    assert full_lines == [f"line {n:06d} " + "x" * 87 for n in range(len(full_lines))]
+    names = [a.path for a in workspace.client().list_artifacts(run.info.run_id, "radt")]
+    assert "radt/samples.parquet" in names

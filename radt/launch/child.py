@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -34,8 +36,16 @@ def _die_with_radt(radt_pid: int) -> None:  # runs in the child between fork and
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _say(message: str) -> None:
+    print(f"radt: {message}", file=sys.stderr, flush=True)
+
+
 class Child:
-    """One command, its own process group, its output copied to the terminal and a log."""
+    """One command, its own process group, its output copied to the terminal and a log.
+
+    The output is always drained, whatever happens to the log (a full disk) or the
+    terminal (gone): a command must never block on a pipe nobody reads.
+    """
 
     def __init__(
         self,
@@ -44,6 +54,7 @@ class Child:
         log_path: Path,
         prefix: str = "",
         cwd: Path | None = None,
+        warn: Callable[[str], None] = _say,
     ) -> None:
         self.argv = argv
         self.env = env
@@ -51,6 +62,7 @@ class Child:
         """The folder the command runs in (None: radT's own)."""
         self.log_path = log_path
         self.prefix = prefix.encode()
+        self.warn = warn
         self.process: subprocess.Popen[bytes] | None = None
         self.started_s: float | None = None
         """When the command was started (epoch seconds, once it runs)."""
@@ -58,6 +70,7 @@ class Child:
         """When the command was first seen to have exited (epoch seconds)."""
         self._log: BinaryIO | None = None
         self._log_lock = threading.Lock()
+        self._log_failed = False
         self._pumps: list[threading.Thread] = []
 
     @property
@@ -68,8 +81,12 @@ class Child:
 
     def start(self) -> None:
         """Start the command. Raises OSError when it cannot be executed."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in join_output
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            # Unbuffered: each chunk is written at once, and what fits a full disk is kept.
+            self._log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - join_output
+        except OSError as exc:
+            self._log_lost(exc)
         starting_s = time.time()  # before fork: nothing the command does comes earlier
         self.process = subprocess.Popen(
             self.argv,
@@ -130,11 +147,7 @@ class Child:
                 data = os.read(fd, 65536)
             except OSError:
                 data = b""
-            with self._log_lock:
-                assert self._log is not None
-                if not self._log.closed:  # join_output gave up waiting for this pump
-                    self._log.write(data)
-                    self._log.flush()
+            self._keep(data)
             if self.prefix:
                 # Whole lines only, so that commands running together interleave by line.
                 lines = (partial + data).split(b"\n")
@@ -151,6 +164,36 @@ class Child:
             if not data:
                 break
         source.close()
+
+    def _keep(self, data: bytes) -> None:
+        """Append ``data`` to the log; after a failed write the log stops (said once)."""
+        failure = None
+        with self._log_lock:
+            log = self._log
+            if log is None or log.closed or self._log_failed:  # closed: join_output gave up
+                return
+            view = memoryview(data)
+            try:
+                while view:
+                    written = log.write(view)
+                    if not written:
+                        raise OSError(errno.ENOSPC, "nothing written")
+                    view = view[written:]
+            except OSError as exc:
+                failure = exc
+        if failure is not None:
+            self._log_lost(failure)
+
+    def _log_lost(self, exc: OSError) -> None:
+        with self._log_lock:
+            if self._log_failed:
+                return
+            self._log_failed = True
+        self.warn(
+            f"cannot write the output log {self.log_path} ({exc.strerror or exc}); "
+            "the command goes on and its output still reaches the terminal, but the log "
+            "keeps only what was written so far: free some disk space"
+        )
 
 
 def _group_alive(pgid: int) -> bool:

@@ -17,7 +17,7 @@ from radt.launch import environment
 from radt.listener import Listener, PolledListener, RunContext
 from radt.record.decimate import Decimator
 from radt.record.events import EventReceiver
-from radt.record.finalize import finish
+from radt.record.finalize import finish, save_state
 from radt.record.recorder import Recorder
 from radt.record.runfolder import RunFolder, RunState, check_runs_root, runs_root
 from radt.record.sampler import Sampler
@@ -228,8 +228,8 @@ class RecordedRun:
         unsent = self.recorder.close(send_timeout_s)
         if unsent == 0 and "metrics" in state.pending:
             state.pending.remove("metrics")
-        self.folder.save(state)
-        return finish(self.client, self.folder, self.warn)
+        save_state(self.folder, state, self.warn)
+        return finish(self.client, self.folder, self.warn, state)
 
     def _attach(self, path: Path, artifact_dir: str) -> None:
         target = self.folder.attachments / artifact_dir

@@ -7,8 +7,11 @@ running the remaining steps again.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from radt.listener import Sample
 from radt.record.decimate import Decimator
-from radt.record.runfolder import RunFolder, RunState
+from radt.record.runfolder import RunFolder, RunState, disk_full
 from radt.record.spool import compact, read_spool
 from radt.record.writer import MAX_BATCH, is_permanent
 
@@ -55,17 +58,23 @@ def resend_metrics(client: MlflowClient, folder: RunFolder, state: RunState) -> 
 
 
 def summary_points(
-    folder: RunFolder, state: RunState, examples: float | None = None
+    folder: RunFolder,
+    state: RunState,
+    examples: float | None = None,
+    samples_path: Path | None = None,
 ) -> list[Metric]:
     """The run's summary metrics, for MLflow's compare view.
 
     ``summary/<key>/mean`` and ``/max`` of every key, and the run's figures
     (energy, power, memory and, with examples, time and energy per example)
-    as ``summary/<figure>``.
+    as ``summary/<figure>``. The samples are read from ``samples_path``
+    (default: the folder's compacted ``samples.parquet``).
     """
     from radt.analysis.figures import summarize_samples
 
-    samples = pq.read_table(folder.path / "samples.parquet", columns=["timestamp", "key", "value"])
+    samples = pq.read_table(
+        samples_path or folder.path / "samples.parquet", columns=["timestamp", "key", "value"]
+    )
     if samples.num_rows == 0:
         return []
     table = pa.table({"key": samples["key"].cast(pa.string()), "value": samples["value"]})
@@ -112,47 +121,113 @@ def finish(
     client: MlflowClient,
     folder: RunFolder,
     warn: Callable[[str], None],
+    state: RunState | None = None,
 ) -> bool:
     """Run the run's remaining steps; True when all are done and the folder removed.
 
-    A step that fails stops the sequence with one warning; the folder stays
-    for ``radt sync``.
+    ``state`` is the run's state when the caller holds it (else read from the folder).
+    A step that fails stops the sequence with one warning; the folder stays for
+    ``radt sync``. A step that fails for want of local disk space is left for
+    ``radt sync`` too, but the steps after it (the final status) still run.
     """
-    state = folder.load()
+    state = folder.load() if state is None else state
+    samples = _Samples(folder, warn, reuse="samples" not in state.pending)
     steps: dict[str, Callable[[], None]] = {
         "metrics": lambda: resend_metrics(client, folder, state),
-        "samples": lambda: _upload_samples(client, folder, state, warn),
+        "samples": lambda: client.log_artifact(state.run_id, str(samples.path()), "radt"),
         "summary": lambda: _log_points(
-            client, state.run_id, summary_points(folder, state, _examples(client, state.run_id))
+            client,
+            state.run_id,
+            summary_points(folder, state, _examples(client, state.run_id), samples.path()),
         ),
         "artifacts": lambda: _upload_attachments(client, folder, state),
         "status": lambda: _set_status(client, state),
     }
-    for step in list(state.pending):
-        try:
-            steps[step]()
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            warn(
-                f"could not {DOING[step]} of run {state.run_id} ({first[:160]}); "
-                f"everything is kept in {folder.path} — run `radt sync` when the tracking "
-                "server is reachable"
-            )
-            return False
-        state.pending.remove(step)
-        folder.save(state)
+    try:
+        for step in list(state.pending):
+            try:
+                steps[step]()
+            except Exception as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                if disk_full(exc) and step != "status":
+                    warn(
+                        f"could not {DOING[step]} of run {state.run_id}: no room on the local "
+                        f"disk ({first[:160]}); the run is completed without it, and "
+                        f"`radt sync` adds it once there is space (kept in {folder.path})"
+                    )
+                    continue
+                warn(
+                    f"could not {DOING[step]} of run {state.run_id} ({first[:160]}); "
+                    f"everything is kept in {folder.path} — run `radt sync` when the tracking "
+                    "server is reachable"
+                )
+                return False
+            state.pending.remove(step)
+            save_state(folder, state, warn)
+    finally:
+        samples.cleanup()
+    if state.pending:
+        return False
     folder.remove()
     return True
 
 
-def _upload_samples(
-    client: MlflowClient, folder: RunFolder, state: RunState, warn: Callable[[str], None]
-) -> None:
-    target = folder.path / "samples.parquet"
-    _, problems = compact(folder.spool, target)
-    for problem in problems:
-        warn(f"damaged spool chunk {problem}")
-    client.log_artifact(state.run_id, str(target), "radt")
+def save_state(folder: RunFolder, state: RunState, warn: Callable[[str], None]) -> bool:
+    """Save the run's state; on a full disk say so once per folder and go on (False)."""
+    try:
+        folder.save(state)
+    except OSError as exc:
+        if not folder.unsaved:
+            warn(
+                f"cannot save the state of run {state.run_id} in {folder.path} "
+                f"({exc.strerror or exc}); finishing it anyway"
+            )
+        folder.unsaved = True
+        return False
+    return True
+
+
+class _Samples:
+    """The run's compacted samples file, made once: in the run folder, or in a temporary
+    folder elsewhere when the run folder's disk is full."""
+
+    def __init__(self, folder: RunFolder, warn: Callable[[str], None], reuse: bool) -> None:
+        self.folder = folder
+        self.warn = warn
+        self.reuse = reuse
+        """Whether a file compacted before (by an earlier, interrupted finish) may serve."""
+        self._path: Path | None = None
+        self._scratch: tempfile.TemporaryDirectory | None = None
+
+    def path(self) -> Path:
+        """The compacted file, made on first use."""
+        if self._path is not None:
+            return self._path
+        target = self.folder.path / "samples.parquet"
+        if self.reuse and target.exists():
+            self._path = target
+            return target
+        try:
+            self._compact(target)
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            with contextlib.suppress(OSError):
+                target.unlink(missing_ok=True)
+            self._scratch = tempfile.TemporaryDirectory(prefix="radt-samples-")
+            target = Path(self._scratch.name) / "samples.parquet"
+            self._compact(target)
+        self._path = target
+        return target
+
+    def _compact(self, target: Path) -> None:
+        _, problems = compact(self.folder.spool, target)
+        for problem in problems:
+            self.warn(f"damaged spool chunk {problem}")
+
+    def cleanup(self) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
 
 
 def _upload_attachments(client: MlflowClient, folder: RunFolder, state: RunState) -> None:

@@ -6,6 +6,8 @@ is killed; ``radt sync`` reads the state file to finish the job.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
@@ -30,6 +32,19 @@ def radt_home() -> Path:
 def runs_root() -> Path:
     """Where run folders live."""
     return radt_home() / "runs"
+
+
+class DamagedState(ValueError):
+    """A run folder's state file that cannot be read as a run's state."""
+
+
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a local write that failed for want of room (a full disk, a
+    quota, a file-size limit), which waiting or freeing space mends."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL
 
 
 def check_runs_root() -> Path:
@@ -76,6 +91,8 @@ class RunFolder:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.unsaved = False
+        """Whether a save failed (a full disk) and was reported."""
 
     @classmethod
     def create(cls, state: RunState) -> RunFolder:
@@ -101,14 +118,27 @@ class RunFolder:
         return self.path / "artifacts"
 
     def load(self) -> RunState:
-        """Read the state file."""
-        return RunState(**json.loads((self.path / STATE_FILE).read_text()))
+        """Read the state file. Raises DamagedState when it is not a run's state."""
+        path = self.path / STATE_FILE
+        try:
+            fields = json.loads(path.read_text())
+            return RunState(**fields)
+        except (ValueError, TypeError) as exc:  # bad JSON or UTF-8, missing or unknown fields
+            detail = " ".join(str(exc).split())[:120]
+            raise DamagedState(f"{path} is damaged ({detail})") from exc
 
     def save(self, state: RunState) -> None:
-        """Write the state file atomically (temp file, then rename)."""
-        tmp = self.path / (STATE_FILE + ".tmp")
-        tmp.write_text(json.dumps(asdict(state), indent=1))
-        os.replace(tmp, self.path / STATE_FILE)
+        """Write the state file atomically: a temp file of this writer's own (concurrent
+        writers never share one), then a rename. Raises OSError (a full disk)."""
+        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{STATE_FILE}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(json.dumps(asdict(state), indent=1))
+            os.replace(tmp, self.path / STATE_FILE)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def remove(self) -> None:
         """Delete the folder once everything is in MLflow."""

@@ -552,3 +552,77 @@ def test_a_full_disk_is_a_warning_and_the_training_goes_on(
     assert full_lines == [f"line {n:06d} " + "x" * 87 for n in range(len(full_lines))]
     names = [a.path for a in workspace.client().list_artifacts(run.info.run_id, "radt")]
     assert "radt/samples.parquet" in names
+
+
+# --------------------------------------------------------------------------- radt sync
+
+
+def _orphan(workspace: Workspace, name: str):
+    """A run folder as a radT killed mid-run leaves it: state RUNNING, its radT gone, a
+    spool chunk of 20 samples. Returns the folder."""
+    from radt.listener import Sample
+    from radt.record.runfolder import RunFolder, RunState
+    from radt.record.spool import SpoolWriter
+
+    client = workspace.client()
+    run = client.create_run("0", run_name=name)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    started_s = run.info.start_time / 1000
+    state = RunState(
+        run_id=run.info.run_id,
+        experiment_id="0",
+        tracking_uri=workspace.uri,
+        pid=gone.pid,
+        started_s=started_s,
+        window_s=1.0,
+    )
+    folder = RunFolder(workspace.home / "runs" / run.info.run_id)
+    folder.path.mkdir(parents=True)
+    folder.save(state)
+    spool = SpoolWriter(folder.spool)
+    spool.append([Sample(started_s + 0.05 * i, "counter/seq/n", float(i)) for i in range(20)])
+    spool.close()
+    return folder
+
+
+def test_a_garbled_run_folder_is_one_line_and_the_others_sync(workspace: Workspace):
+    good = _orphan(workspace, "good")
+    bad = _orphan(workspace, "bad")
+    (bad.path / "run.json").write_text('{"run_id": "abc", "garbled')
+    done = workspace.run(["sync"])
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    about_bad = [line for line in done.stderr.splitlines() if bad.path.name in line]
+    assert len(about_bad) == 1, done.stderr
+    assert "is damaged" in about_bad[0] and "skipped" in about_bad[0]
+    assert f"run {good.path.name} synced (FAILED)" in done.stderr
+    assert workspace.client().get_run(good.path.name).info.status == "FAILED"
+    assert not good.path.exists() and bad.path.exists()
+
+
+def test_two_syncs_at_once_finish_each_run_once(workspace: Workspace):
+    folders = [_orphan(workspace, f"r{n}") for n in range(4)]
+    syncs = [
+        subprocess.Popen(
+            workspace.argv(["sync"]),
+            cwd=workspace.root,
+            env=workspace.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [sync.communicate(timeout=240) for sync in syncs]
+    said = "".join(err for _, err in outputs)
+    assert "Traceback" not in said and "Error" not in said, said
+    assert [sync.returncode for sync in syncs] == [0, 0], said
+    client = workspace.client()
+    for folder in folders:
+        run_id = folder.path.name
+        assert said.count(f"run {run_id} synced (FAILED)") == 1, said
+        run = client.get_run(run_id)
+        assert run.info.status == "FAILED"
+        assert [a.path for a in client.list_artifacts(run_id, "radt")] == ["radt/samples.parquet"]
+        assert not folder.path.exists()

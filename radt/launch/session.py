@@ -229,7 +229,10 @@ class RecordedRun:
         if unsent == 0 and "metrics" in state.pending:
             state.pending.remove("metrics")
         save_state(self.folder, state, self.warn)
-        return finish(self.client, self.folder, self.warn, state)
+        try:
+            return finish(self.client, self.folder, self.warn, state)
+        finally:
+            self.folder.unlock()  # what is left is `radt sync`'s now
 
     def _attach(self, path: Path, artifact_dir: str) -> None:
         target = self.folder.attachments / artifact_dir

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from pathlib import Path
 from radt.errors import RadtError
 
 STATE_FILE = "run.json"
+LOCK_FILE = ".lock"
 
 # The steps that remain before a run is complete in MLflow, in order.
 STEPS = ("metrics", "samples", "summary", "artifacts", "status")
@@ -93,14 +95,43 @@ class RunFolder:
         self.path = path
         self.unsaved = False
         """Whether a save failed (a full disk) and was reported."""
+        self._lock_fd: int | None = None
 
     @classmethod
     def create(cls, state: RunState) -> RunFolder:
-        """Make the folder of a new run and write its first state."""
+        """Make the folder of a new run, hold its lock and write its first state."""
         folder = cls(runs_root() / state.run_id)
         folder.path.mkdir(parents=True, exist_ok=True)
+        folder.lock()
         folder.save(state)
         return folder
+
+    def lock(self) -> bool:
+        """Take the folder's lock if no other radT process holds it; True when held.
+
+        The radT recording a run holds it until the run is complete; ``radt sync``
+        holds it while finishing one, so two of them never work on one folder.
+        """
+        if self._lock_fd is not None:
+            return True
+        try:
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # the folder is gone: finished by its holder
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def unlock(self) -> None:
+        """Let go of the folder's lock (closing its descriptor)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     @property
     def spool(self) -> Path:
@@ -141,8 +172,9 @@ class RunFolder:
             raise
 
     def remove(self) -> None:
-        """Delete the folder once everything is in MLflow."""
+        """Delete the folder once everything is in MLflow (then let go of its lock)."""
         shutil.rmtree(self.path, ignore_errors=True)
+        self.unlock()
 
 
 def find_folders(root: Path) -> list[RunFolder]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from radt.record.finalize import finish
-from radt.record.runfolder import RunFolder, RunState, find_folders
+from radt.record.runfolder import DamagedState, RunFolder, RunState, find_folders
 from radt.record.spool import CHUNK_GLOB
 from radt.tracking import connect, move_credentials, prepare_process_env
 
@@ -42,7 +42,11 @@ def adopt_orphan(folder: RunFolder, state: RunState) -> None:
 
 
 def sync(root: Path) -> int:
-    """Upload every unfinished run under ``root``; 0 when all are complete in MLflow."""
+    """Upload every unfinished run under ``root``; 0 when all are complete in MLflow.
+
+    A folder another radT process holds (its own radT, or another ``radt sync``) is
+    skipped; a damaged one is reported in one line and skipped, and the others go on.
+    """
     folders = find_folders(root)
     if not folders:
         _say(f"nothing to sync in {root}")
@@ -50,30 +54,60 @@ def sync(root: Path) -> int:
     prepare_process_env()
     incomplete = 0
     for folder in folders:
-        state = folder.load()
-        if state.status == "RUNNING" and state.host != socket.gethostname():
-            _say(
-                f"run {state.run_id} is being recorded on {state.host}; "
-                f"run `radt sync` there to finish it (skipped)"
-            )
+        if not folder.lock():
+            _say(_busy(folder))
             continue
-        if state.status == "RUNNING":
-            if launcher_alive(state):
-                _say(f"run {state.run_id} is still being recorded (radT pid {state.pid}); skipped")
-                continue
-            adopt_orphan(folder, state)
-            _say(f"run {state.run_id}: its radT is gone; marking it FAILED")
         try:
-            client = connect(_with_credentials(state.tracking_uri))
-        except Exception as exc:
-            _say(f"run {state.run_id}: {exc}")
-            incomplete += 1
-            continue
-        if finish(client, folder, _say):
-            _say(f"run {state.run_id} synced ({state.status})")
-        else:
-            incomplete += 1
+            incomplete += not _sync_one(folder)
+        finally:
+            folder.unlock()
     return 1 if incomplete else 0
+
+
+def _busy(folder: RunFolder) -> str:
+    """Why a folder whose lock another process holds is skipped."""
+    try:
+        state = folder.load()
+    except (OSError, DamagedState):
+        state = None
+    if state is not None and state.status == "RUNNING" and launcher_alive(state):
+        return f"run {state.run_id} is still being recorded (radT pid {state.pid}); skipped"
+    return (
+        f"run {folder.path.name} is being finished by another radT process "
+        "(its own radT or another `radt sync`); skipped"
+    )
+
+
+def _sync_one(folder: RunFolder) -> bool:
+    """Finish one run whose folder's lock is held; True when nothing is left to do."""
+    try:
+        state = folder.load()
+    except FileNotFoundError:
+        return True  # finished by whoever held the lock before
+    except (OSError, DamagedState) as exc:
+        _say(f"run folder {folder.path.name}: {exc}; skipped — delete the folder, or repair it")
+        return False
+    if state.status == "RUNNING" and state.host != socket.gethostname():
+        _say(
+            f"run {state.run_id} is being recorded on {state.host}; "
+            f"run `radt sync` there to finish it (skipped)"
+        )
+        return True
+    if state.status == "RUNNING":
+        if launcher_alive(state):
+            _say(f"run {state.run_id} is still being recorded (radT pid {state.pid}); skipped")
+            return True
+        adopt_orphan(folder, state)
+        _say(f"run {state.run_id}: its radT is gone; marking it FAILED")
+    try:
+        client = connect(_with_credentials(state.tracking_uri))
+    except Exception as exc:
+        _say(f"run {state.run_id}: {exc}")
+        return False
+    if finish(client, folder, _say, state):
+        _say(f"run {state.run_id} synced ({state.status})")
+        return True
+    return False
 
 
 def _with_credentials(uri: str) -> str:

@@ -626,3 +626,31 @@ def test_two_syncs_at_once_finish_each_run_once(workspace: Workspace):
         assert run.info.status == "FAILED"
         assert [a.path for a in client.list_artifacts(run_id, "radt")] == ["radt/samples.parquet"]
         assert not folder.path.exists()
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def test_a_plan_in_a_read_only_folder_runs_and_its_status_goes_to_a_copy(
+    workspace: Workspace, readonly
+):
+    workspace.script("s.py", PY)
+    folder = workspace.root / "plans"
+    folder.mkdir()
+    plan = folder / "plan.csv"
+    text = "Experiment, Workload, Collocation, File, Listeners\nstudy, w, none, s.py, none\n"
+    plan.write_text(text)
+    readonly(folder)
+    done = workspace.run(["plans/plan.csv"])
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    runs = workspace.runs("study")
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+    warnings = [line for line in done.stderr.splitlines() if "cannot update" in line]
+    assert len(warnings) == 1, done.stderr
+    assert str(plan) in warnings[0] or "plans/plan.csv" in warnings[0]
+    copy = Path(warnings[0].split(" written to ")[1].split()[0])
+    assert copy.is_relative_to(workspace.home), warnings[0]
+    child = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    assert f"FINISHED, {child.info.run_id}" in copy.read_text()
+    assert plan.read_text() == text

@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,10 +37,13 @@ def write_results(plan: Plan, workload: Workload, results: dict[int, tuple[str, 
         raise ValueError(f"lines {stray} are not rows of workload {workload.label}")
     updates = {line: (clean(status).upper(), clean(run)) for line, (status, run) in results.items()}
     target = Path(os.path.realpath(plan.path))
-    with _locked(lock_path(plan.path)):
-        bom, text = read_text(target)
-        text = _rewrite(text, workload, updates, plan.path)
-        _atomic_write(target, (bom + text).encode("utf-8"))
+    try:
+        with _locked(lock_path(plan.path)):
+            bom, text = read_text(target)
+            text = _rewrite(text, workload, updates, plan.path)
+            _atomic_write(target, (bom + text).encode("utf-8"))
+    except OSError as exc:  # a read-only folder or file, a full disk: the runs are done
+        _write_copy(plan, target, workload, updates, exc)
     for line, (status, run) in updates.items():
         rows[line].status, rows[line].run = status, run
 
@@ -53,6 +57,41 @@ def lock_path(plan_path: Path) -> Path:
     real = os.path.realpath(plan_path)
     digest = hashlib.sha256(real.encode()).hexdigest()[:16]
     return radt_home() / "locks" / f"{Path(real).name}-{digest}.lock"
+
+
+_told: set[Path] = set()
+
+
+def status_copy(target: Path) -> Path:
+    """Where the Status and Run of a plan that cannot be updated go:
+    ``$RADT_HOME/plans/<name>-<hash of its path>.csv``."""
+    digest = hashlib.sha1(str(target).encode()).hexdigest()[:8]
+    return radt_home() / "plans" / f"{target.stem}-{digest}{target.suffix}"
+
+
+def _write_copy(
+    plan: Plan,
+    target: Path,
+    workload: Workload,
+    updates: dict[int, tuple[str, str]],
+    exc: OSError,
+) -> None:
+    """Write the results into the plan's copy (made from the plan the first time), and
+    say once per plan where they went."""
+    copy = status_copy(target)
+    bom, text = read_text(copy if copy.exists() else target)
+    text = _rewrite(text, workload, updates, plan.path)
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(copy, (bom + text).encode("utf-8"))
+    if target not in _told:
+        _told.add(target)
+        print(
+            f"radt: cannot update {plan.path} ({exc.strerror or exc}); the runs go on and "
+            f"their Status and Run are written to {copy} (run that copy next time, "
+            "or copy it back)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _quote(value: str) -> str:

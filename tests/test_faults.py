@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, wait_for
+from conftest import Workspace, kill_quietly, pid_alive, wait_for
 
 PY = "print(1)\n"
 
@@ -654,3 +654,96 @@ def test_a_plan_in_a_read_only_folder_runs_and_its_status_goes_to_a_copy(
     child = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
     assert f"FINISHED, {child.info.run_id}" in copy.read_text()
     assert plan.read_text() == text
+
+
+# --------------------------------------------------------------------------- daemons
+
+# Double-forks a daemon that calls setsid and points its stdio at /dev/null (it leaves the
+# command's process group and session, and outlives the command), then exits.
+DAEMONIZES = """
+import os, sys, time
+from pathlib import Path
+first = os.fork()
+if first == 0:
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    Path("daemon.pid").write_text(str(os.getpid()))
+    while True:
+        time.sleep(0.1)
+os.waitpid(first, 0)
+deadline = time.monotonic() + 60
+while not Path("daemon.pid").exists() and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("command exits, its daemon runs on", flush=True)
+"""
+
+
+def _daemon_pid(root: Path) -> int:
+    return int(
+        wait_for(
+            lambda: (root / "daemon.pid").exists() and (root / "daemon.pid").read_text(), timeout=60
+        )
+    )
+
+
+def test_a_double_forking_daemon_does_not_outlive_radt(workspace: Workspace):
+    workspace.script("daemonizes.py", DAEMONIZES)
+    daemon = None
+    try:
+        done = workspace.run(["-l", "none", "daemonizes.py"])
+        daemon = _daemon_pid(workspace.root)
+        assert done.returncode == 0, done.stderr
+        wait_for(lambda: not pid_alive(daemon), timeout=10)
+    finally:
+        if daemon is not None:
+            kill_quietly(daemon)
+    ended = [line for line in done.stderr.splitlines() if "left running" in line]
+    assert len(ended) == 1, done.stderr
+    assert f"(pid {daemon})" in ended[0] and "ended 1 process" in ended[0]
+    assert workspace.only_run().info.status == "FINISHED"
+
+
+# The same in a process of its own, with the cgroup way switched off: the polled tree and
+# the child subreaper must find the daemon alone.
+WITHOUT_CGROUP = """
+import os, sys
+from pathlib import Path
+from radt.launch import tree
+from radt.launch.child import Child
+tree.cgroup_base = lambda: None
+child = Child([sys.executable, "daemonizes.py"], {**os.environ, "RADT_RUN_ID": "r1"},
+              Path("out.log"))
+child.start()
+while child.poll() is None:
+    import time; time.sleep(0.05)
+child.reap_group(grace_s=2.0)
+child.join_output()
+print("way", child.tree.way)
+"""
+
+
+def test_without_a_cgroup_the_watched_tree_ends_the_daemon(workspace: Workspace):
+    workspace.script("daemonizes.py", DAEMONIZES)
+    workspace.script("without_cgroup.py", WITHOUT_CGROUP)
+    daemon = None
+    try:
+        done = subprocess.run(
+            [sys.executable, "without_cgroup.py"],
+            cwd=workspace.root,
+            env=workspace.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        daemon = _daemon_pid(workspace.root)
+        assert done.returncode == 0, done.stderr
+        assert "way watch" in done.stdout
+        wait_for(lambda: not pid_alive(daemon), timeout=10)
+    finally:
+        if daemon is not None:
+            kill_quietly(daemon)
+    assert "ended 1 process the command left running: python" in done.stderr, done.stderr

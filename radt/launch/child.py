@@ -16,6 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+import psutil
+
+from radt.launch.tree import ProcessTree, describe
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -29,7 +33,10 @@ def _libc_prctl():
 _prctl = _libc_prctl()
 
 
-def _die_with_radt(radt_pid: int) -> None:  # runs in the child between fork and exec
+def _die_with_radt(radt_pid: int, tree: ProcessTree | None = None) -> None:
+    # Runs in the child between fork and exec.
+    if tree is not None:
+        tree.before_exec()
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != radt_pid:  # radT died before the death signal was armed
@@ -72,6 +79,8 @@ class Child:
         self._log_lock = threading.Lock()
         self._log_failed = False
         self._pumps: list[threading.Thread] = []
+        self.tree: ProcessTree | None = None
+        """Every process the command starts (created when it starts)."""
 
     @property
     def pid(self) -> int:
@@ -87,6 +96,7 @@ class Child:
             self._log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - join_output
         except OSError as exc:
             self._log_lost(exc)
+        self.tree = ProcessTree(self.env.get("RADT_RUN_ID"))
         starting_s = time.time()  # before fork: nothing the command does comes earlier
         self.process = subprocess.Popen(
             self.argv,
@@ -96,8 +106,9 @@ class Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=functools.partial(_die_with_radt, os.getpid()),
+            preexec_fn=functools.partial(_die_with_radt, os.getpid(), self.tree),
         )
+        self.tree.started(self.process.pid)
         self.started_s = starting_s
         for source, terminal in (
             (self.process.stdout, sys.stdout),
@@ -115,6 +126,8 @@ class Child:
         code = self.process.poll()
         if code is not None and self.ended_s is None:
             self.ended_s = time.time()
+        if code is None and self.tree is not None:
+            self.tree.watch()
         return code
 
     def signal_group(self, signum: int) -> None:
@@ -123,12 +136,33 @@ class Child:
             os.killpg(self.pid, signum)
 
     def reap_group(self, grace_s: float = 2.0) -> None:
-        """End whatever the command left behind in its process group."""
+        """End whatever the command left running: its process group, and every process it
+        started elsewhere (a daemon in a session of its own); say in one line what."""
+        leftovers = self.tree.leftovers() if self.tree is not None else []
+        said = describe(leftovers)  # names, while they still have them
         self.signal_group(signal.SIGTERM)
+        for process in leftovers:
+            with contextlib.suppress(psutil.Error):
+                process.terminate()
+
+        def running() -> bool:
+            return _group_alive(self.pid) or any(_alive(process) for process in leftovers)
+
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _group_alive(self.pid):
+        while time.monotonic() < deadline and running():
             time.sleep(0.05)
         self.signal_group(signal.SIGKILL)
+        if self.tree is not None:
+            self.tree.kill_all()
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline and any(_alive(p) for p in leftovers):
+                time.sleep(0.02)
+            self.tree.close(leftovers)
+        if leftovers:
+            count = len(leftovers)
+            self.warn(
+                f"ended {count} process{'es' if count > 1 else ''} the command left running: {said}"
+            )
 
     def join_output(self, timeout_s: float = 5.0) -> None:
         """Wait until the output is copied, then close the log."""
@@ -194,6 +228,13 @@ class Child:
             "the command goes on and its output still reaches the terminal, but the log "
             "keeps only what was written so far: free some disk space"
         )
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _group_alive(pgid: int) -> bool:

@@ -92,7 +92,7 @@ class RecordedRun:
             window_s=window_s,
         )
         try:
-            self.folder = RunFolder.create(self.state)
+            self.folder = RunFolder.create(self.state, lock=True)
         except OSError as exc:
             _abandon(client, self.run_id, exc)
             raise RadtError(

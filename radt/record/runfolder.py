@@ -98,11 +98,13 @@ class RunFolder:
         self._lock_fd: int | None = None
 
     @classmethod
-    def create(cls, state: RunState) -> RunFolder:
-        """Make the folder of a new run, hold its lock and write its first state."""
+    def create(cls, state: RunState, lock: bool = False) -> RunFolder:
+        """Make the folder of a new run and write its first state; with ``lock``, hold the
+        folder's lock from before the state exists (the radT that records the run)."""
         folder = cls(runs_root() / state.run_id)
         folder.path.mkdir(parents=True, exist_ok=True)
-        folder.lock()
+        if lock:
+            folder.lock()
         folder.save(state)
         return folder
 

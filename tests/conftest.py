@@ -32,6 +32,14 @@ def template_db(tmp_path_factory) -> Path:
     return path
 
 
+def default_signals() -> None:
+    """In a child before exec: the stop signals at their defaults, as for a command started
+    in the foreground of a terminal, whatever this suite inherited (a suite started with
+    `cmd &` ignores SIGINT, one under `nohup` SIGHUP)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 @dataclass
 class Workspace:
     """A folder with its own MLflow store and radT home, and a way to run radT in it."""
@@ -61,6 +69,7 @@ class Workspace:
             capture_output=True,
             text=True,
             timeout=timeout,
+            preexec_fn=default_signals,
         )
 
     def start(self, args: list[str]) -> subprocess.Popen:
@@ -72,6 +81,7 @@ class Workspace:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=default_signals,
         )
 
     def script(self, name: str, body: str) -> Path:

@@ -168,6 +168,24 @@ def test_query_gpu_streams_until_killed(env):
     assert proc.returncode == -signal.SIGTERM
 
 
+def _lines_until(proc: subprocess.Popen, enough, timeout: float = 60.0) -> list[str]:
+    """Read ``proc``'s stdout line by line until ``enough(lines)``; fail after ``timeout``."""
+    import threading
+
+    assert proc.stdout is not None
+    lines: list[str] = []
+    watchdog = threading.Timer(timeout, proc.kill)  # a silent tool must not hang the suite
+    watchdog.start()
+    try:
+        while not enough(lines):
+            line = proc.stdout.readline()
+            assert line, f"the tool ended or went silent after {lines}"
+            lines.append(line.rstrip("\n"))
+    finally:
+        watchdog.cancel()
+    return lines
+
+
 def test_query_gpu_stream_rate(env):
     proc = subprocess.Popen(
         [
@@ -181,11 +199,12 @@ def test_query_gpu_stream_rate(env):
         stdout=subprocess.PIPE,
         text=True,
     )
-    time.sleep(0.6)
+    # Interrupt once it streams (a SIGINT before the tool set its handler tests nothing).
+    first = _lines_until(proc, lambda lines: len(lines) >= 2)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=5)
+    out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
-    assert len(out.splitlines()) >= 2
+    assert len(first + out.splitlines()) >= 2
 
 
 def test_query_gpu_select_and_mig_utilization(env):
@@ -366,10 +385,10 @@ def test_dcgmi_dmon_streams_and_stops_on_sigint(env):
         stdout=subprocess.PIPE,
         text=True,
     )
-    time.sleep(0.6)
+    first = _lines_until(proc, lambda lines: sum(ln.startswith("GPU 0") for ln in lines) >= 2)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=5)
-    lines = out.splitlines()
+    out, _ = proc.communicate(timeout=30)
+    lines = first + out.splitlines()
     assert lines[0].startswith("#Entity   POWER")
     assert len([ln for ln in lines if ln.startswith("GPU 0")]) >= 2
     assert lines[-1] == "dmon was stopped due to receiving a signal"

@@ -432,50 +432,68 @@ def _log_lines(workspace: Workspace, run_id: str, dest: Path) -> list[str]:
     return [line for line in Path(local).read_text().splitlines() if line.startswith("line ")]
 
 
-def test_a_terminal_that_goes_away_ends_the_run_killed_by_sighup_with_the_whole_log(
-    workspace: Workspace, tmp_path
-):
+def _on_a_terminal(workspace: Workspace, args: list[str], hup: object) -> subprocess.Popen:
+    """radT as the session leader of a new pseudo-terminal (as a login shell's command is),
+    with SIGHUP's disposition ``hup`` (SIG_IGN: as under `nohup`) and SIGINT's default.
+    Returns radT and the terminal's master side (``radt.master``)."""
     import fcntl
     import termios
 
-    workspace.script("chatty.py", CHATTY)
     master, slave = os.openpty()
 
-    def controlling_terminal() -> None:  # radT is the session leader of the pty, as a login is
+    def on_the_terminal() -> None:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, hup)
 
     radt = subprocess.Popen(
-        workspace.argv(["-l", "counter", "--grace", "20", "chatty.py"]),
+        workspace.argv(args),
         cwd=workspace.root,
         env=workspace.env,
         stdin=slave,
         stdout=slave,
         stderr=slave,
         start_new_session=True,
-        preexec_fn=controlling_terminal,
+        preexec_fn=on_the_terminal,
     )
     os.close(slave)
+    radt.master = master  # type: ignore[attr-defined]
+    return radt
+
+
+@pytest.mark.parametrize("nohup", [False, True], ids=["terminal", "nohup"])
+def test_a_terminal_that_goes_away_ends_the_run_killed_by_sighup_with_the_whole_log(
+    workspace: Workspace, tmp_path, nohup
+):
+    workspace.script("chatty.py", CHATTY)
+    if nohup:  # under `nohup`, radT and its command carry on to the end
+        workspace.env.update(LINES="600", PAUSE="0.005")
+    hup = signal.SIG_IGN if nohup else signal.SIG_DFL
+    radt = _on_a_terminal(workspace, ["-l", "counter", "--grace", "20", "chatty.py"], hup)
     try:
         printed = workspace.root / "printed"
-        _drain(master, lambda: printed.exists() and len(printed.read_text().split()) >= 50)
-        os.close(master)  # the terminal goes away: hang-up
-        assert radt.wait(timeout=120) == 128 + signal.SIGHUP
+        _drain(radt.master, lambda: printed.exists() and len(printed.read_text().split()) >= 50)
+        os.close(radt.master)  # the terminal goes away: hang-up
+        assert radt.wait(timeout=120) == (0 if nohup else 128 + signal.SIGHUP)
     finally:
         radt.kill()
         if (workspace.root / "ready").exists():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int((workspace.root / "ready").read_text()), signal.SIGKILL)
     run = workspace.only_run()
-    assert run.info.status == "KILLED", run.data.tags
-    assert run.data.tags["radt.exit_code"] == "129"
-    assert run.data.tags["radt.signal"] == "SIGHUP"
-    assert run.data.tags["radt.stop_reason"] == "radT received SIGHUP"
     assert "radt.note" not in run.data.tags
     wrote = len((workspace.root / "printed").read_text().split())
     logged = _log_lines(workspace, run.info.run_id, tmp_path)
     assert len(logged) >= wrote and logged[:wrote] == [
         f"line {n:06d} " + "x" * 60 for n in range(wrote)
     ]
+    if nohup:
+        assert run.info.status == "FINISHED" and wrote == 600
+        return
+    assert run.info.status == "KILLED", run.data.tags
+    assert run.data.tags["radt.exit_code"] == "129"
+    assert run.data.tags["radt.signal"] == "SIGHUP"
+    assert run.data.tags["radt.stop_reason"] == "radT received SIGHUP"
 
 
 def test_a_reader_that_goes_away_does_not_stop_the_training(workspace: Workspace, tmp_path):

@@ -41,6 +41,7 @@ class Supervisor:
     SIGINT, SIGTERM and SIGHUP to radT are forwarded to every command's
     process group; after ``grace_s`` the commands get SIGKILL, and a second
     signal kills them at once. ``max_time_min`` ends them the same way.
+    A signal that was ignored when radT started stays ignored.
     """
 
     def __init__(
@@ -64,8 +65,11 @@ class Supervisor:
 
     def __enter__(self) -> Supervisor:
         self._previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
-        for signum in STOP_SIGNALS:
-            signal.signal(signum, self._on_signal)
+        for signum, handler in self._previous.items():
+            # A signal ignored when radT started (`nohup radt …`, `radt … &` in a script)
+            # stays ignored, for radT as for the command, which inherits that.
+            if handler is not signal.SIG_IGN:
+                signal.signal(signum, self._on_signal)
         return self
 
     def __exit__(self, *exc_info) -> None:

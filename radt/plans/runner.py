@@ -86,7 +86,8 @@ def run_plan(options: PlanOptions) -> int:
     # SIGTERM and SIGHUP outside a running workload (e.g. during MIG setup) must
     # still reach the teardown: they interrupt like Ctrl-C.
     for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _interrupt)
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # `nohup`: stays ignored
+            signal.signal(signum, _interrupt)
     for workload in pending:
         runner = WorkloadRunner(plan, workload, options, found, client, uri, original_env)
         code = runner.run()

@@ -169,11 +169,15 @@ def test_a_listener_option_for_a_running_listener_is_taken(workspace: Workspace)
 def test_modes_typo_in_a_plan_is_named(workspace: Workspace):
     workspace.script("s.py", PY)
     (workspace.root / "plan.csv").write_text(
-        "Experiment, Workload, Collocation, File\nstudy, w, none, s.py\n"
+        "Experiment, Workload, Collocation, File, Listeners\nstudy, w, none, s.py, none\n"
     )
     done = workspace.run(["--modes", "none+mgi", "plan.csv"])
     assert done.returncode == 2
     one_error(done, "unknown mode 'mgi' in --modes; choose from none, naive, mps, mig")
+    done = workspace.run(["-o", "top.per_core=1", "plan.csv"])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "-o top.per_core=1: listener top is not running" in done.stderr
+    assert workspace.runs("study") == []
 
 
 # --------------------------------------------------------------------------- broken stores

@@ -98,16 +98,20 @@ class Child:
             self._log_lost(exc)
         self.tree = ProcessTree(self.env.get("RADT_RUN_ID"))
         starting_s = time.time()  # before fork: nothing the command does comes earlier
-        self.process = subprocess.Popen(
-            self.argv,
-            env=self.env,
-            cwd=self.cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=functools.partial(_die_with_radt, os.getpid(), self.tree),
-        )
+        try:
+            self.process = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=functools.partial(_die_with_radt, os.getpid(), self.tree),
+            )
+        except BaseException:
+            self.tree.close([])
+            raise
         self.tree.started(self.process.pid)
         self.started_s = starting_s
         for source, terminal in (

@@ -61,7 +61,7 @@ NAN = float("nan")
 # --------------------------------------------------------------------------- samples → figures
 
 
-def _seconds(stamps: pd.Series) -> np.ndarray:
+def epoch_seconds(stamps: pd.Series) -> np.ndarray:
     """Timestamps (tz-aware, naive or already numeric seconds) as float epoch seconds."""
     import numpy as np
     import pandas as pd
@@ -72,7 +72,7 @@ def _seconds(stamps: pd.Series) -> np.ndarray:
     return ((stamps - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(np.float64)
 
 
-def _series(frame: pd.DataFrame) -> dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]:
+def device_series(frame: pd.DataFrame) -> dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]:
     """``(listener, gpu entity, quantity) → (seconds, values)``, sorted by time, NaN dropped.
 
     Only GPU-level keys (``<listener>/gpu{i}/<quantity>``) and ``top/proc/rss_mib``.
@@ -93,7 +93,7 @@ def _series(frame: pd.DataFrame) -> dict[tuple[str, str, str], tuple[np.ndarray,
     rows = frame[frame["key"].isin(list(wanted))]
     found = {}
     for key, group in rows.groupby(rows["key"].astype(str), sort=False):
-        seconds = _seconds(group["timestamp"])
+        seconds = epoch_seconds(group["timestamp"])
         values = group["value"].to_numpy(np.float64)
         keep = np.isfinite(values) & np.isfinite(seconds)
         seconds, values = seconds[keep], values[keep]
@@ -199,11 +199,16 @@ def _first(
     return chosen
 
 
-def run_figures(frame: pd.DataFrame) -> tuple[dict[str, float], dict[str, tuple[str, str]]]:
-    """The figures of :data:`FIGURES` for one run's samples, and the energy source per GPU."""
+def run_figures(
+    frame: pd.DataFrame | None, series: Mapping | None = None
+) -> tuple[dict[str, float], dict[str, tuple[str, str]]]:
+    """The figures of :data:`FIGURES` for one run's samples, and the energy source per GPU.
+
+    ``series`` (as :func:`device_series` returns them) replaces ``frame`` when given.
+    """
     import numpy as np
 
-    series = _series(frame)
+    series = device_series(frame) if series is None else series
     joules, used = _energy(series)
     power = _first(series, "power_w", POWER_LISTENERS)
     util = _first(series, "util_pct", UTIL_LISTENERS)

@@ -1,6 +1,6 @@
 """The figures of a study: time and energy per example for providers (workloads) and clients (runs).
 
-Vocabulary (DESIGN.md, "Analysis vocabulary"):
+Vocabulary (DESIGN.md, "Analysis vocabulary"; docs/analysis.md defines every column):
 
 - a **provider** row is a workload: its parent run, which records the
   device-wide series (power, energy, utilisation) of the GPUs the workload used;
@@ -8,29 +8,39 @@ Vocabulary (DESIGN.md, "Analysis vocabulary"):
 - a **run** row is a lone command (``radt train.py``): no parent, no children;
   it is its own provider and client, so both kinds of figures are its own.
 
+Every figure is over a **window** (:mod:`radt.analysis.windows`): a client's
+steady state (end of warm-up to last example), a provider's overlap of its
+clients' windows. ``basis`` says what a row's figures are over:
+``examples`` (a window with examples), ``duration`` (no examples: the command's
+own duration), and for runs without counter samples (recorded before the
+run-API channel, or a script that logs the metric ``examples`` itself)
+``examples_lifetime`` / ``duration_lifetime``: the whole run, as radT 0.3.0.dev
+reported it. Figures on different bases are never compared with each other.
 
 Attribution: a provider's energy is that of its parent run's series. A client
 with device series of its own (a lone run, or a listener that records per run)
 has its own energy; a client that is the only run of its workload gets the
-workload's energy and device figures (the GPU was its alone); a collocated
-client's share of the GPU is not measured (NVML has no power per MIG slice or
-per MPS client), so its energy is NaN and ``energy_method`` is ``none``.
-
-Examples are the last value of the run's MLflow metric ``examples`` (the
-cumulative count that ``radt.log_examples`` logs); a run without it has no
-per-example figures. Units: ns = 1e9 × s, nJ = 1e9 × J.
+workload's energy and device figures over its own window (the GPU was its
+alone); a collocated client's share of the GPU is not measured (NVML has no
+power per MIG slice or per MPS client), so its energy is NaN and
+``energy_method`` is ``none``. Units: ns = 1e9 × s, nJ = 1e9 × J.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from radt.analysis.figures import (
     DEVICE_FIGURES,
+    FIGURES,
     NAN,
+    device_series,
     energy_method,
     finite_sum,
     per_example,
@@ -44,8 +54,16 @@ from radt.analysis.load import (
     search_all,
     select_runs,
 )
+from radt.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from radt.analysis.windows import Timeline, Window
 
 EXAMPLES_METRIC = "examples"
+SEED_FLAGS = ("seed",)
+"""Flags that never make two runs different jobs (with ``radt.job_ignore``'s)."""
 SUMMARY_KEYS = (
     "*/gpu*/energy_j",
     "*/gpu*/power_w",
@@ -53,8 +71,9 @@ SUMMARY_KEYS = (
     "*/gpu*/smact_ratio",
     "*/gpu*/mem_used_mib",
     "top/proc/rss_mib",
+    "script/run/*",
 )
-"""The keys :func:`summary` loads: all that :func:`summarize_samples` reads."""
+"""The keys :func:`summary` loads: all that the figures and the windows read."""
 COLUMNS = (
     "level",
     "run_id",
@@ -67,11 +86,19 @@ COLUMNS = (
     "mig_profile",
     "mps_thread_pct",
     "power_limit_w",
+    "job",
+    "configuration",
     "command",
     "params",
     "start",
     "end",
     "duration_s",
+    "basis",
+    "warmup",
+    "window_start",
+    "window_end",
+    "window_s",
+    "examples_total",
     "examples",
     "examples_per_s",
     "time_per_example_ns",
@@ -86,18 +113,463 @@ COLUMNS = (
     "host_mem_peak_mib",
     "slowdown",
     "baseline_run_id",
+    "examples_per_s_norm",
+    "time_per_example_norm",
+    "energy_per_example_norm",
+    "window_note",
     "experiment_id",
 )
-if TYPE_CHECKING:
-    import pandas as pd
+REPEAT_FIGURES = (
+    "window_s",
+    "examples",
+    "examples_per_s",
+    "time_per_example_ns",
+    "energy_j",
+    "energy_per_example_nj",
+    "power_mean_w",
+    "util_mean_pct",
+    "slowdown",
+    "examples_per_s_norm",
+    "time_per_example_norm",
+    "energy_per_example_norm",
+)
+"""The figures :func:`repeats` aggregates."""
+REPEAT_KEYS = ("view", "job", "configuration", "power_limit_w", "basis")
+"""What makes runs repeats of each other (with the view: providers or clients)."""
+STATISTICS = ("mean", "std", "min", "max")
 
 
-# --------------------------------------------------------------------------- runs → rows
+# --------------------------------------------------------------------------- jobs and labels
 
 
-def _examples(run) -> float:
-    value = run.data.metrics.get(EXAMPLES_METRIC)
-    return float(value) if value is not None else NAN
+def _flag_name(arg: str) -> str | None:
+    """``--seed=1`` → ``seed``; a value (``1``, ``-0.5``) → None."""
+    if not arg.startswith("-") or arg in ("-", "--") or re.match(r"^-\.?\d", arg):
+        return None
+    return arg.lstrip("-").partition("=")[0]
+
+
+def strip_flags(argv: Sequence[str], ignored: Iterable[str]) -> list[str]:
+    """``argv`` without the flags named in ``ignored`` and their values.
+
+    ``--seed 1``, ``--seed=1`` and ``-seed 1`` all go; a flag takes at most the
+    one argument after it that is not a flag itself (as radT reads params).
+    """
+    names = {name.lstrip("-") for name in ignored if name.lstrip("-")}
+    kept: list[str] = []
+    skip_value = False
+    for arg in argv:
+        name = _flag_name(arg)
+        if skip_value:
+            skip_value = False
+            if name is None:
+                continue
+        if name is not None and name in names:
+            skip_value = "=" not in arg
+            continue
+        kept.append(arg)
+    return kept
+
+
+def job_of(tags: Mapping[str, str], params: Mapping[str, str] | None = None) -> str | None:
+    """A run's Job: the ``radt.job`` tag, else its command without seed-only flags.
+
+    Seed-only flags are ``--seed`` and those named in ``radt.job_ignore``
+    (space-separated), each with its value. A run without a ``radt.command``
+    tag falls back to its params (minus the same flags).
+    """
+    job = (tags.get("radt.job") or "").strip()
+    if job:
+        return job
+    ignored = [*SEED_FLAGS, *(tags.get("radt.job_ignore") or "").split()]
+    params = params or {}
+    command = tags.get("radt.command") or params.get("radt.command")
+    if command:
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            argv = command.split()
+        return shlex.join(strip_flags(argv, ignored))
+    names = {name.lstrip("-") for name in ignored}
+    pairs = [
+        f"{k}={v}" for k, v in sorted(params.items()) if k != "radt.command" and k not in names
+    ]
+    return " ".join(pairs) or None
+
+
+def _present(value: Any) -> bool:
+    return value is not None and str(value).strip() not in ("", "-", "nan", "None")
+
+
+def _profile_size(profile: str) -> tuple[int, float]:
+    found = re.match(r"^(\d+)g(?:\.(\d+(?:\.\d+)?)gb)?", profile)
+    if not found:
+        return (0, 0.0)
+    return (int(found.group(1)), float(found.group(2) or 0))
+
+
+def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
+    """How the GPU was shared, in words: ``none``, ``naive x2``, ``mps:50 x2``, ``4g.40gb+3g.40gb``.
+
+    ``runs_tags`` are the tags of the runs that shared it (one for a lone run).
+    MIG profiles are joined by ``+``, largest first; MPS shares that differ as
+    ``mps:70+30``.
+    """
+    n = len(runs_tags)
+    modes = sorted({(t.get("radt.collocation") or "none") for t in runs_tags} or {"none"})
+    if modes == ["none"]:
+        return "none" if n <= 1 else f"none x{n}"
+    if modes == ["mig"]:
+        profiles: list[str] = []
+        for tags in runs_tags:
+            profile = tags.get("radt.mig_profile")
+            if _present(profile):
+                profiles.append(str(profile))
+        if len(profiles) == n:
+            if n and all(p == profiles[0] for p in profiles) and "+" in profiles[0]:
+                profiles = profiles[0].split("+")  # every run carries the workload's list
+            return "+".join(sorted(profiles, key=_profile_size, reverse=True))
+        return f"mig x{n}"
+    if modes == ["mps"]:
+        shares = [t.get("radt.mps_thread_pct") for t in runs_tags]
+        known = [f"{float(s):g}" for s in shares if _present(s)]
+        if not known:
+            return f"mps x{n}"
+        if len(known) == n and len(set(known)) == 1:
+            return f"mps:{known[0]} x{n}"
+        ordered = sorted(known, key=float, reverse=True) + ["?"] * (n - len(known))
+        return "mps:" + "+".join(ordered)
+    if modes == ["naive"]:
+        return f"naive x{n}"
+    return "+".join(modes) + f" x{n}"
+
+
+# --------------------------------------------------------------------------- one run's record
+
+
+@dataclass
+class Record:
+    """One run (or workload) with what the summary computes for it.
+
+    Built from an MLflow run by :meth:`of`, or by hand where a run is still
+    being completed (:mod:`radt.analysis.closing`).
+    """
+
+    run_id: str
+    experiment_id: str
+    status: str
+    level: str
+    """``provider``, ``client`` or ``run``."""
+    tags: dict[str, str]
+    params: dict[str, str] = field(default_factory=dict)
+    start_s: float = NAN
+    """The MLflow run's start and end (epoch seconds; NaN while it runs)."""
+    end_s: float = NAN
+    mlflow_examples: float = NAN
+    """The last value of the MLflow metric ``examples`` (runs without counter samples)."""
+    run: Any = None
+    series: dict = field(default_factory=dict)
+    timeline: Timeline | None = None
+    window: Window | None = None
+    examples_total: float = NAN
+    figures: dict[str, float] = field(default_factory=dict)
+    method: str = "none"
+    notes: list[str] = field(default_factory=list)
+    work: float = NAN
+    """Time per unit of work on this record's basis: ns per example, else window seconds."""
+    basis_: str | None = None
+
+    @classmethod
+    def of(cls, run, level: str) -> Record:
+        """The record of an MLflow run."""
+        info = run.info
+        examples = run.data.metrics.get(EXAMPLES_METRIC)
+        return cls(
+            run_id=info.run_id,
+            experiment_id=info.experiment_id,
+            status=info.status,
+            level=level,
+            tags=dict(run.data.tags),
+            params=dict(run.data.params),
+            start_s=_seconds(info.start_time),
+            end_s=_seconds(info.end_time),
+            mlflow_examples=float(examples) if examples is not None else NAN,
+            run=run,
+        )
+
+    @property
+    def job(self) -> str | None:
+        """The run's Job (:func:`job_of`)."""
+        return job_of(self.tags, self.params)
+
+    @property
+    def power(self) -> str | None:
+        """The power limit as recorded; None at the default."""
+        value = self.tags.get("radt.power_limit_w")
+        return str(value) if _present(value) else None
+
+    @property
+    def basis(self) -> str:
+        """What the figures are over (one of :data:`radt.analysis.windows.BASES`)."""
+        if self.basis_ is not None:
+            return self.basis_
+        return self.window.basis if self.window is not None else "duration_lifetime"
+
+    @property
+    def alone(self) -> bool:
+        """Whether the run had the GPU to itself (collocation ``none``)."""
+        mode = self.tags.get("radt.collocation")
+        return self.level != "provider" and (
+            mode == "none" or (mode is None and self.level == "run")
+        )
+
+    @property
+    def baseline_candidate(self) -> bool:
+        """A FINISHED client or lone run alone on its GPU with a figure on its basis."""
+        return (
+            self.alone
+            and self.status == "FINISHED"
+            and self.job is not None
+            and math.isfinite(self.work)
+        )
+
+
+def _seconds(millis: int | None) -> float:
+    return millis / 1000.0 if millis else NAN
+
+
+def _client_window(record: Record) -> Window:
+    """A client's window on the best basis it supports."""
+    from radt.analysis.windows import Window, client_window
+
+    t = record.timeline
+    if t.has_examples:
+        return client_window(t)
+    examples = record.mlflow_examples
+    tagged = math.isfinite(t.command_start_s) and math.isfinite(t.command_end_s)
+    if math.isfinite(examples):
+        start, end = (
+            (t.command_start_s, t.command_end_s) if tagged else (record.start_s, record.end_s)
+        )
+        note = None if math.isfinite(end) else "the run has not ended"
+        return Window(start, end, examples, "examples_lifetime", "lifetime", note)
+    if tagged:
+        return client_window(t)
+    note = "no examples reported (radt.log_examples): per-example figures missing"
+    if not math.isfinite(record.end_s):
+        note = "the run has not ended; " + note
+    return Window(record.start_s, record.end_s, NAN, "duration_lifetime", "lifetime", note)
+
+
+def _whole_run(record: Record) -> bool:
+    """Figures over all samples, as before windows: runs without counter or command times."""
+    t = record.timeline
+    return record.basis in ("examples_lifetime", "duration_lifetime") and not (
+        math.isfinite(t.command_start_s) and math.isfinite(t.command_end_s)
+    )
+
+
+def _has_device(series: Mapping) -> bool:
+    return any(q in ("energy_j", "power_w") for (_, gpu, q) in series if gpu.startswith("gpu"))
+
+
+def _figures_over(record: Record, series: Mapping, start: float, end: float, whole: bool):
+    """Figures of ``series`` over a window (or all samples); energy source; a note."""
+    from radt.analysis.windows import window_figures
+
+    if whole:
+        figures, used = run_figures_from(series)
+        return figures, energy_method(used, record.tags), None
+    if not (math.isfinite(start) and math.isfinite(end) and end > start):
+        return {name: NAN for name in FIGURES}, "none", None
+    figures, used, note = window_figures(series, start, end)
+    return figures, energy_method(used, record.tags), note
+
+
+def run_figures_from(series: Mapping) -> tuple[dict[str, float], dict]:
+    """:func:`radt.analysis.figures.run_figures` of already split series."""
+    return run_figures(None, series=series)
+
+
+def _client(record: Record, parent: Record | None, siblings: int) -> None:
+    """A client's (or lone run's) window and figures over it."""
+    window = record.window = _client_window(record)
+    if window.note:
+        record.notes.append(window.note)
+    t = record.timeline
+    record.examples_total = float(t.counter.max()) if t.has_examples else record.mlflow_examples
+    whole = _whole_run(record)
+    own, method, note = _figures_over(record, record.series, window.start_s, window.end_s, whole)
+    if not _has_device(record.series) and parent is not None and siblings == 1:
+        device, method, note = _figures_over(
+            record, parent.series, window.start_s, window.end_s, whole
+        )
+        own = {**own, **{name: device[name] for name in DEVICE_FIGURES}}
+    elif not _has_device(record.series) and parent is not None and _has_device(parent.series):
+        note = "collocated: a run's share of the GPU's energy is not measured"
+    if note:
+        record.notes.append(note)
+    record.figures, record.method = own, method
+    _per_example(record)
+
+
+def _per_example(record: Record) -> None:
+    window = record.window
+    seconds = window.seconds
+    if record.basis in ("duration", "duration_lifetime"):
+        figures = per_example(NAN, seconds, NAN)
+        record.work = seconds
+    else:
+        figures = per_example(window.examples, seconds, record.figures.get("energy_j", NAN))
+        record.work = figures["time_per_example_ns"]
+    record.figures.update(figures)
+
+
+def _provider(record: Record, kids: Sequence[Record]) -> None:
+    """A workload's provider window over its clients and its figures over it."""
+    from radt.analysis.windows import Window, device_interval_s, provider_window, window_figures
+
+    legacy = [k for k in kids if k.basis in ("examples_lifetime", "duration_lifetime")]
+    if legacy or not kids:
+        # Clients without counter samples: the workload's whole run, as before windows.
+        examples = finite_sum(k.examples_total for k in kids)
+        basis = "examples_lifetime" if math.isfinite(examples) else "duration_lifetime"
+        record.window = Window(record.start_s, record.end_s, examples, basis, "lifetime")
+        record.examples_total = examples
+        figures, used = run_figures_from(record.series)
+        record.figures, record.method = figures, energy_method(used, record.tags)
+        if not math.isfinite(figures["host_mem_peak_mib"]):
+            record.figures["host_mem_peak_mib"] = finite_sum(
+                k.figures.get("host_mem_peak_mib", NAN) for k in kids
+            )
+        if not math.isfinite(record.end_s):
+            record.notes.append("the workload has not ended")
+        _per_example(record)
+        return
+    clients = [(k.tags.get("radt.letter") or k.run_id, k.window, k.timeline) for k in kids]
+    window = record.window = provider_window(clients, device_interval_s(record.series))
+    record.examples_total = finite_sum(k.examples_total for k in kids)
+    if window.note:
+        record.notes.append(window.note)
+    if window.valid:
+        figures, used, note = window_figures(record.series, window.start_s, window.end_s)
+        record.method = energy_method(used, record.tags)
+        if note:
+            record.notes.append(note)
+    else:
+        figures = {name: NAN for name in FIGURES}
+    if not math.isfinite(figures["host_mem_peak_mib"]) and window.valid:
+        peaks = []
+        for kid in kids:
+            rss = kid.series.get(("top", "proc", "rss_mib"))
+            if rss is not None:
+                inside = rss[1][(rss[0] >= window.start_s) & (rss[0] <= window.end_s)]
+                peaks.append(float(inside.max()) if len(inside) else NAN)
+        figures["host_mem_peak_mib"] = finite_sum(peaks)
+    record.figures = figures
+    _per_example(record)
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def choose_baseline(
+    candidates: Iterable[Record], experiment_id: str, job: str | None, basis: str, power
+) -> tuple[list[Record], str | None]:
+    """The Job's ``none`` runs on the same basis: at the same power limit, else at the default.
+
+    Returns the chosen runs (repeats; empty when none) and, when empty, why.
+    """
+    if job is None:
+        return [], "no baseline: the run's job is unknown (no radt.command or radt.job)"
+    same = [
+        c
+        for c in candidates
+        if c.experiment_id == experiment_id and c.job == job and c.basis == basis
+    ]
+    for wanted in dict.fromkeys([power, None]):
+        chosen = [c for c in same if c.power == wanted]
+        if chosen:
+            return chosen, None
+    where = f"at {power} W or the default power limit" if power else "at the default power limit"
+    return [], f"no baseline: no FINISHED none run of this job on basis {basis} {where}"
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = [v for v in values if math.isfinite(v)]
+    return float(sum(values) / len(values)) if values else NAN
+
+
+def _slowdown(record: Record, candidates: Sequence[Record]) -> dict[str, Any]:
+    found, why = choose_baseline(
+        candidates, record.experiment_id, record.job, record.basis, record.power
+    )
+    if not found:
+        record.notes.append(why)
+        return {"slowdown": NAN, "baseline_run_id": None}
+    base = _mean(c.work for c in found)
+    return {
+        "slowdown": record.work / base,
+        "baseline_run_id": " ".join(c.run_id for c in found),
+    }
+
+
+def _norm_client(record: Record, candidates: Sequence[Record]) -> dict[str, float]:
+    """A client's figures over its Job's baseline at the default power limit."""
+    found, why = choose_baseline(candidates, record.experiment_id, record.job, record.basis, None)
+    if not found:
+        if record.power is not None:
+            record.notes.append(why.replace("no baseline", "no normalised figures"))
+        return {}
+    time_norm = record.work / _mean(c.work for c in found)
+    energy = "energy_per_example_nj" if record.basis.startswith("examples") else "energy_j"
+    return {
+        "time_per_example_norm": time_norm,
+        "examples_per_s_norm": 1.0 / time_norm if time_norm else NAN,
+        "energy_per_example_norm": record.figures.get(energy, NAN)
+        / _mean(c.figures.get(energy, NAN) for c in found),
+    }
+
+
+def _norm_provider(
+    record: Record, kids: Sequence[Record], candidates: Sequence[Record]
+) -> dict[str, float]:
+    """A workload's figures over what its clients' baselines would need for the same examples.
+
+    time_per_example_norm = window / Σ nᵢ·tᵢ and energy_per_example_norm =
+    energy / Σ nᵢ·eᵢ, where nᵢ are client i's examples in the provider window
+    and tᵢ, eᵢ the time and energy per example of its Job's baseline at the
+    default power limit: for one Job, the provider's time (energy) per
+    example over the baseline's.
+    """
+    from radt.analysis.windows import counter_increase
+
+    window = record.window
+    if record.basis not in ("examples", "examples_lifetime") or not math.isfinite(window.examples):
+        return {}
+    time_base = energy_base = 0.0
+    for kid in kids:
+        found, why = choose_baseline(candidates, kid.experiment_id, kid.job, kid.basis, None)
+        if not found:
+            record.notes.append(why.replace("no baseline", "no normalised figures"))
+            return {}
+        if record.basis == "examples":
+            n = counter_increase(*kid.timeline.counter_points(), window.start_s, window.end_s)
+        else:
+            n = kid.examples_total
+        time_base += n * _mean(c.work for c in found)
+        energy_base += n * _mean(c.figures.get("energy_per_example_nj", NAN) for c in found)
+    time_norm = 1e9 * window.seconds / time_base if time_base else NAN
+    return {
+        "time_per_example_norm": time_norm,
+        "examples_per_s_norm": 1.0 / time_norm if time_norm else NAN,
+        "energy_per_example_norm": 1e9 * record.figures.get("energy_j", NAN) / energy_base
+        if energy_base
+        else NAN,
+    }
+
+
+# --------------------------------------------------------------------------- rows
 
 
 def _params(run) -> str | None:
@@ -105,21 +577,10 @@ def _params(run) -> str | None:
     return " ".join(f"{k}={v}" for k, v in sorted(params.items())) or None
 
 
-def _command_key(run) -> str | None:
-    """What makes two runs the same job: the ``radt.command`` tag, else the params."""
-    return run.data.tags.get("radt.command") or run.data.params.get("radt.command") or _params(run)
-
-
-def _duration(run) -> float:
-    if run.info.end_time is None or not run.info.start_time:
-        return NAN
-    return (run.info.end_time - run.info.start_time) / 1000.0
-
-
-def _stamp(millis: int | None) -> pd.Timestamp:
+def _stamp_s(seconds: float):
     import pandas as pd
 
-    return pd.Timestamp(millis, unit="ms", tz="UTC") if millis else pd.NaT
+    return pd.Timestamp(seconds, unit="s", tz="UTC") if math.isfinite(seconds) else pd.NaT
 
 
 def _mps(value: str | None) -> float:
@@ -129,11 +590,19 @@ def _mps(value: str | None) -> float:
         return NAN
 
 
-def _row(run, level: str) -> dict:
+def _row(record: Record, configuration: str) -> dict:
+    run = record.run
     tags = run_columns(run)
-    return {
-        "level": level,
-        "run_id": run.info.run_id,
+    info = run.info
+    window = record.window
+    duration = (
+        (info.end_time - info.start_time) / 1000.0
+        if info.end_time is not None and info.start_time
+        else NAN
+    )
+    row = {
+        "level": record.level,
+        "run_id": info.run_id,
         "run_name": tags["run_name"],
         "workload": tags["workload"],
         "letter": tags["letter"],
@@ -143,30 +612,27 @@ def _row(run, level: str) -> dict:
         "mig_profile": tags["mig_profile"],
         "mps_thread_pct": _mps(tags["mps_thread_pct"]),
         "power_limit_w": tags["power_limit_w"],
+        "job": record.job,
+        "configuration": configuration,
         "command": run.data.tags.get("radt.command"),
         "params": _params(run),
-        "start": _stamp(run.info.start_time),
-        "end": _stamp(run.info.end_time),
-        "duration_s": _duration(run),
-        "experiment_id": run.info.experiment_id,
+        "start": _stamp_s(_seconds(info.start_time)),
+        "end": _stamp_s(_seconds(info.end_time)),
+        "duration_s": duration,
+        "basis": record.basis,
+        "warmup": window.warmup,
+        "window_start": _stamp_s(window.start_s),
+        "window_end": _stamp_s(window.end_s),
+        "window_s": window.seconds,
+        "examples_total": record.examples_total,
+        "examples": window.examples,
+        "energy_method": record.method,
         "slowdown": NAN,
         "baseline_run_id": None,
+        "experiment_id": info.experiment_id,
     }
-
-
-def _baselines(context: Iterable, parents: set[str]) -> dict[tuple[str, str], object]:
-    """``(experiment id, command) → run``: the most recent FINISHED run alone (collocation none)."""
-    found: dict[tuple[str, str], object] = {}
-    for run in sorted(context, key=lambda r: r.info.start_time or 0):
-        if run.info.run_id in parents or run.info.status != "FINISHED":
-            continue
-        if run.data.tags.get("radt.collocation") != "none":
-            continue
-        key = _command_key(run)
-        tpe = per_example(_examples(run), _duration(run), None)["time_per_example_ns"]
-        if key and math.isfinite(tpe):
-            found[(run.info.experiment_id, key)] = run
-    return found
+    row.update(record.figures)
+    return row
 
 
 def summary(
@@ -175,6 +641,7 @@ def summary(
     *,
     tracking_uri: str | None = None,
     cache_dir: Path | None = None,
+    by: str | None = None,
 ) -> pd.DataFrame:
     """One row per workload (``provider``), per run of one (``client``), per lone run (``run``).
 
@@ -183,34 +650,38 @@ def summary(
         runs: run ids; the workload of each is added (its provider row).
         tracking_uri: else ``MLFLOW_TRACKING_URI``, else ./mlflow.db.
         cache_dir: where samples artifacts are cached (default ``$RADT_HOME/cache``).
+        by: ``"repeats"``: the table of :func:`repeats` instead (one row per
+            Job × configuration × power limit × basis, for providers and clients).
 
     Returns:
         The columns of :data:`COLUMNS`, a workload's provider row first and its
-        clients after it (by letter), in order of start. Figures:
+        clients after it (by letter), in order of start. docs/analysis.md
+        defines each; in short:
 
-        - ``duration_s``: the run's MLflow wall time (end − start); for a
-          provider, its parent run's (setup and teardown of the collocation
-          included); NaN while running;
-        - ``examples``: a client's last ``examples`` metric; a provider's: the
-          sum over its clients that report examples;
-        - ``time_per_example_ns`` = 1e9 × duration_s / examples (provider: the
-          workload's wall time over all its clients' examples), ``examples_per_s``
-          its inverse in seconds;
-        - ``energy_j``, ``energy_method``, ``energy_per_example_nj`` = 1e9 ×
-          energy_j / examples and the device figures of
-          :func:`summarize_samples`: see the module docstring for how energy is
-          measured and attributed; ``host_mem_peak_mib`` of a provider is the
-          sum of its clients' peaks (an upper bound of the workload's peak);
-        - ``slowdown`` of a client or lone run = its time per example / that of
-          its baseline ``baseline_run_id``: the most recent FINISHED run of the
-          same experiment with collocation ``none`` and the same command (the
-          ``radt.command`` tag, else the params), with examples. NaN without one;
-          a baseline run is its own baseline (1.0).
-        - ``mps_thread_pct`` is a number; other tags are strings as recorded
-          (``power_limit_w`` may read ``250+300`` for a workload on two GPUs).
+        - ``job``, ``configuration``: what was trained and how the GPU was shared;
+        - ``basis``, ``warmup``, ``window_start``, ``window_end``, ``window_s``:
+          the window every figure of the row is over and what set its start;
+        - ``examples``: the examples in the window; ``examples_total``: the
+          run's (a provider's: its clients') whole count;
+        - ``examples_per_s``, ``time_per_example_ns`` (1e9 × window_s /
+          examples), ``energy_j`` (GPU energy across the window),
+          ``energy_method``, ``energy_per_example_nj`` (1e9 × energy_j /
+          examples), and power, utilisation, SM activity and memory from the
+          samples inside the window;
+        - ``duration_s``: the run's MLflow wall time (end − start), as before;
+        - ``slowdown``: the client's time per example (on the duration basis:
+          its window) over the mean of its baseline's repeats
+          (``baseline_run_id``, space-separated): the FINISHED ``none`` runs of
+          its Job on the same basis at the same power limit, else at the default;
+        - ``*_norm``: figures over the Job's ``none`` baseline at the default
+          power limit (a provider: over what the baselines would need for the
+          same examples);
+        - ``window_note``: why a figure is missing, ``; ``-separated.
     """
     import pandas as pd
 
+    if by not in (None, "repeats"):
+        raise UsageError(f"by= takes 'repeats' or nothing, not {by!r}")
     client = open_client(tracking_uri)
     chosen = select_runs(client, experiment, runs, include_workload=True)
     if runs is None:
@@ -230,56 +701,53 @@ def summary(
         for r in by_id.values()
         if "radt.workload_runs" in r.data.tags and "mlflow.parentRunId" not in r.data.tags
     }
-    chosen_ids = {r.info.run_id for r in chosen}
-    needed = [
-        *chosen,
-        *(
-            kid
-            for pid in sorted(chosen_ids & parents)
-            for kid in children.get(pid, [])
-            if kid.info.run_id not in chosen_ids
-        ),
-    ]
-    tables, _ = load_tables(client, needed, KeyFilter(SUMMARY_KEYS), cache_dir=cache_dir)
-    figures = {}
-    for run in needed:
-        own, used = run_figures(tables[run.info.run_id].to_pandas())
-        figures[run.info.run_id] = (own, energy_method(used, run.data.tags))
 
+    def level(run) -> str:
+        if run.info.run_id in parents:
+            return "provider"
+        return "client" if run.data.tags.get("mlflow.parentRunId") else "run"
+
+    records = {run.info.run_id: Record.of(run, level(run)) for run in by_id.values()}
+    chosen_ids = {r.info.run_id for r in chosen}
+    wanted = set(chosen_ids)
+    for pid in chosen_ids & parents:
+        wanted |= {k.info.run_id for k in children.get(pid, [])}
+    jobs = {(records[i].experiment_id, records[i].job) for i in wanted}
+    for record in records.values():  # baselines of the chosen runs' jobs, with their workloads
+        same_job = (record.experiment_id, record.job) in jobs
+        alone = record.tags.get("radt.collocation") in ("none", None)
+        if record.level != "provider" and same_job and alone:
+            wanted.add(record.run_id)
+            parent = record.tags.get("mlflow.parentRunId")
+            if parent in records:
+                wanted.add(parent)
+    needed = [by_id[i] for i in sorted(wanted, key=lambda i: _order(by_id[i]))]
+    tables, _ = load_tables(client, needed, KeyFilter(SUMMARY_KEYS), cache_dir=cache_dir)
+    _compute(records, needed, tables, children)
+
+    baselines = [r for r in (records[i] for i in wanted) if r.baseline_candidate]
     rows: dict[str, dict] = {}
-    baselines = _baselines(context, parents)
     for run in chosen:
-        run_id = run.info.run_id
-        own, method = figures[run_id]
-        if run_id in parents:
-            row = _row(run, "provider")
-            kids = children.get(run_id, [])
-            examples = finite_sum(_examples(k) for k in kids)
-            row["command"] = " | ".join(k.data.tags.get("radt.command", "?") for k in kids) or None
+        record = records[run.info.run_id]
+        kids = [records[k.info.run_id] for k in children.get(record.run_id, [])]
+        if record.level == "provider":
+            row = _row(record, configuration_label([k.tags for k in kids]))
+            row["job"] = " + ".join(dict.fromkeys(k.job for k in kids if k.job)) or None
+            row["command"] = " | ".join(k.tags.get("radt.command", "?") for k in kids) or None
             row["params"] = None
-            host = [figures[k.info.run_id][0]["host_mem_peak_mib"] for k in kids]
-            own = dict(own)
-            if not math.isfinite(own["host_mem_peak_mib"]):
-                own["host_mem_peak_mib"] = finite_sum(host)
+            row.update(_norm_provider(record, kids, baselines))
         else:
-            parent = run.data.tags.get("mlflow.parentRunId")
-            row = _row(run, "client" if parent else "run")
-            examples = _examples(run)
-            siblings = children.get(parent, []) if parent else []
-            if method == "none" and len(siblings) == 1 and parent in figures:
-                device, method = figures[parent]
-                own = {**own, **{name: device[name] for name in DEVICE_FIGURES}}
-            baseline = baselines.get((run.info.experiment_id, _command_key(run)))
-            if baseline is not None:
-                mine = per_example(examples, row["duration_s"], None)["time_per_example_ns"]
-                base = per_example(_examples(baseline), _duration(baseline), None)
-                row["slowdown"] = mine / base["time_per_example_ns"]
-                row["baseline_run_id"] = baseline.info.run_id
-        row.update(own)
-        row["examples"] = float(examples)
-        row["energy_method"] = method
-        row.update(per_example(row["examples"], row["duration_s"], row["energy_j"]))
-        rows[run_id] = row
+            parent = records.get(record.tags.get("mlflow.parentRunId") or "")
+            siblings = (
+                [records[s.info.run_id] for s in children.get(parent.run_id, [])]
+                if parent
+                else [record]
+            )
+            row = _row(record, configuration_label([s.tags for s in siblings]))
+            row.update(_slowdown(record, baselines))
+            row.update(_norm_client(record, baselines))
+        row["window_note"] = "; ".join(dict.fromkeys(record.notes)) or None
+        rows[record.run_id] = row
 
     ordered: list[dict] = []
     for run in chosen:  # oldest first; a workload's clients follow its provider row
@@ -292,6 +760,88 @@ def summary(
             rows[k.info.run_id] for k in children.get(run_id, []) if k.info.run_id in rows
         )
     frame = pd.DataFrame(ordered, columns=list(COLUMNS))
-    for column in ("start", "end"):
+    for column in ("start", "end", "window_start", "window_end"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
-    return frame
+    return repeats(frame) if by == "repeats" else frame
+
+
+def _order(run) -> tuple:
+    return (run.info.start_time or 0, run.info.run_id)
+
+
+def _compute(records: dict[str, Record], needed: Sequence, tables: dict, children) -> None:
+    """Windows and figures of every needed run: clients first, then their workloads."""
+    from radt.analysis.windows import timeline
+
+    for run in needed:
+        record = records[run.info.run_id]
+        frame = tables[record.run_id].to_pandas()
+        record.series = device_series(frame)
+        record.timeline = timeline(frame, record.tags)
+    ids = {run.info.run_id for run in needed}
+    for run in needed:
+        record = records[run.info.run_id]
+        if record.level == "provider":
+            continue
+        parent = records.get(record.tags.get("mlflow.parentRunId") or "")
+        parent = parent if parent is not None and parent.run_id in ids else None
+        siblings = len(children.get(parent.run_id, [])) if parent else 1
+        _client(record, parent, siblings)
+    for run in needed:
+        record = records[run.info.run_id]
+        if record.level != "provider":
+            continue
+        kids = [records[k.info.run_id] for k in children.get(record.run_id, [])]
+        if all(k.window is not None for k in kids):  # else only loaded for a baseline's energy
+            _provider(record, kids)
+
+
+# --------------------------------------------------------------------------- repeats
+
+
+def repeats(frame: pd.DataFrame, figures: Sequence[str] = REPEAT_FIGURES) -> pd.DataFrame:
+    """Repeats of a :func:`summary` frame: per Job × configuration × power limit × basis.
+
+    Two views: ``view = "provider"`` groups the workloads and lone runs,
+    ``view = "client"`` the clients and lone runs (a lone run is both).
+    Columns: the group (``view, job, configuration, power_limit_w, basis``),
+    ``count`` (rows in the group), ``run_ids`` (space-separated) and, for every
+    figure of ``figures``, ``<figure>_mean``, ``_std`` (sample standard
+    deviation, NaN for one repeat), ``_min`` and ``_max`` over the rows where
+    the figure is known. A missing power limit (the default) reads ``default``.
+    """
+    import pandas as pd
+
+    parts = []
+    for view, levels in (("provider", ("provider", "run")), ("client", ("client", "run"))):
+        rows = frame[frame["level"].isin(levels)].copy()
+        if rows.empty:
+            continue
+        rows["view"] = view
+        parts.append(rows)
+    columns = [
+        *REPEAT_KEYS,
+        "count",
+        "run_ids",
+        *(f"{name}_{stat}" for name in figures for stat in STATISTICS),
+    ]
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    rows = pd.concat(parts, ignore_index=True)
+    rows["job"] = rows["job"].fillna("-")
+    rows["configuration"] = rows["configuration"].fillna("-")
+    rows["power_limit_w"] = rows["power_limit_w"].astype(object).fillna("default")
+    rows["basis"] = rows["basis"].fillna("-")
+    out = []
+    for key, group in rows.groupby(list(REPEAT_KEYS), sort=False, dropna=False):
+        entry = dict(zip(REPEAT_KEYS, key, strict=True))
+        entry["count"] = len(group)
+        entry["run_ids"] = " ".join(group["run_id"].astype(str))
+        for name in figures:
+            values = pd.to_numeric(group[name], errors="coerce")
+            entry[f"{name}_mean"] = values.mean()
+            entry[f"{name}_std"] = values.std(ddof=1)
+            entry[f"{name}_min"] = values.min()
+            entry[f"{name}_max"] = values.max()
+        out.append(entry)
+    return pd.DataFrame(out, columns=columns)

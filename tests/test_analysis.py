@@ -339,18 +339,35 @@ def test_provider_and_client_rows_agree_with_hand_computed_figures(store, tmp_pa
     assert math.isnan(a["energy_j"]) and a["energy_method"] == "none"
     assert math.isnan(a["energy_per_example_nj"])
     assert a["host_mem_peak_mib"] == pytest.approx(100.0)
-    # slowdown against the most recent FINISHED baseline with the same command: 18 ms / 9 ms
-    assert a["slowdown"] == pytest.approx((18.0 / 1000) / (9.0 / 1000))
-    assert a["baseline_run_id"] == ids["alone_a"]
-    assert math.isnan(b["slowdown"]) and pd.isna(b["baseline_run_id"])  # --seed 1: none alone
+    # runs with only the MLflow metric `examples` (recorded before windows): the whole run
+    assert (frame["basis"] == "examples_lifetime").all() and (frame["warmup"] == "lifetime").all()
+    assert a["window_s"] == pytest.approx(18.0) and a["examples"] == 1000
+    # slowdown against the mean of the Job's FINISHED none runs (the failed one is no
+    # baseline): 18 ms / mean(12 ms, 9 ms)
+    assert a["slowdown"] == pytest.approx(18.0 / 10.5)
+    assert a["baseline_run_id"] == f"{ids['old_a']} {ids['alone_a']}"
+    # --seed 1 is the same job: 6 ms / 10.5 ms
+    assert b["job"] == a["job"] == COMMAND
+    assert b["slowdown"] == pytest.approx(6.0 / 10.5)
+    assert b["baseline_run_id"] == a["baseline_run_id"]
+    # normalised at the default power limit: the same baseline here
+    assert a["time_per_example_norm"] == pytest.approx(18.0 / 10.5)
+    assert a["examples_per_s_norm"] == pytest.approx(10.5 / 18.0)
+    # the provider: 20 s for 4000 examples against the 4000 × 10.5 ms the baseline would take
+    assert pair["time_per_example_norm"] == pytest.approx(20.0 / (4000 * 10.5e-3))
+    # energy per example of the baseline: 1500 J / 1000 (alone) and 1950 J / 1000 (old)
+    assert pair["energy_per_example_norm"] == pytest.approx(4000.0 / (4000 * 1.725))
+    assert pair["configuration"] == "naive x2" and a["configuration"] == "naive x2"
+    assert pair["job"] == COMMAND  # one job, whatever the seed
 
     # the sole client of a workload gets the workload's energy
     alone = row_of(frame, ids["alone_a"])
     assert alone["energy_j"] == pytest.approx(150.0 * 10.0)
     assert alone["energy_method"] == "integrated_power"
     assert alone["energy_per_example_nj"] == pytest.approx(1e9 * 1500.0 / 1000)
-    assert alone["slowdown"] == pytest.approx(1.0)
-    assert row_of(frame, ids["old_a"])["slowdown"] == pytest.approx(12.0 / 9.0)
+    assert alone["slowdown"] == pytest.approx(9.0 / 10.5)
+    assert alone["configuration"] == "none"
+    assert row_of(frame, ids["old_a"])["slowdown"] == pytest.approx(12.0 / 10.5)
     assert row_of(frame, ids["failed_a"])["status"] == "FAILED"
 
 
@@ -362,7 +379,7 @@ def test_summary_of_chosen_runs_adds_their_workload(store, tmp_path):
     provider = row_of(frame, ids["pair"])
     assert provider["examples"] == 4000  # the other client counts, though not chosen
     assert provider["host_mem_peak_mib"] == pytest.approx(400.0)
-    assert row_of(frame, ids["a"])["slowdown"] == pytest.approx(2.0)
+    assert row_of(frame, ids["a"])["slowdown"] == pytest.approx(18.0 / 10.5)  # baselines found
 
 
 # --------------------------------------------------------------------------- loading
@@ -571,11 +588,26 @@ def test_runs_table(store, tmp_path, capsys):
     _, ids = build_study(client, tmp_path)
     assert run_runs(["-e", "study", "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[:4] == ["name", "status", "collocation", "workload"]
+    assert out[0].split() == [
+        "name",
+        "status",
+        "configuration",
+        "workload",
+        "duration",
+        "window",
+        "examples/s",
+        "ms/example",
+        "energy/example",
+        "slowdown",
+        "basis",
+        "run",
+        "id",
+    ]
     assert len(out) == 1 + 9
     pair = next(line for line in out if line.startswith("pair "))
-    assert "naive" in pair and "0:20" in pair and "200.0" in pair and "1 J" in pair
-    assert any(line.startswith("  A: pair-A") and "2.00" in line for line in out)
+    assert "naive x2" in pair and "0:20" in pair and "200.0" in pair and "1 J" in pair
+    assert "20.0s" in pair and "5.000" in pair and "examples_lifetime" in pair
+    assert any(line.startswith("  A: pair-A") and "1.71" in line for line in out)
     assert run_runs(["--tracking-uri", uri]) == 0
     assert "study" in capsys.readouterr().out
 

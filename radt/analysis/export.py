@@ -23,10 +23,11 @@ def export_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radt export",
         usage="radt export -e EXPERIMENT [--runs ID ...] [--keys KEY ...] "
-        "[--summary | --wide FREQ] --format csv|parquet -o FILE",
+        "[--summary | --repeats | --wide FREQ] --format csv|parquet -o FILE",
         description="Write the samples of runs (one row per sample, as radt.load returns "
-        "them), or their summary (one row per run and per workload, as radt.summary), "
-        "to a CSV or Parquet file.",
+        "them), their summary (one row per run and per workload, as radt.summary), or "
+        "their repeats (one row per job × configuration × power limit, as "
+        "radt.summary(..., by='repeats')) to a CSV or Parquet file.",
     )
     parser.add_argument("-e", "--experiment", help="experiment name or id")
     parser.add_argument("--runs", nargs="+", metavar="ID", help="run ids (with their workload)")
@@ -43,6 +44,12 @@ def export_parser() -> argparse.ArgumentParser:
     what = parser.add_mutually_exclusive_group()
     what.add_argument(
         "--summary", action="store_true", help="one row per run and per workload instead"
+    )
+    what.add_argument(
+        "--repeats",
+        action="store_true",
+        help="mean, std, min, max and count of the summary's figures per job × "
+        "configuration × power limit, for workloads and for runs",
     )
     what.add_argument(
         "--wide",
@@ -113,8 +120,9 @@ def run_export(argv: list[str]) -> int:
     fmt = _format(args)
     if args.output == "-" and fmt != "csv":
         raise UsageError("only csv can go to stdout (-o -); name a file for parquet")
-    if args.summary and (args.keys or args.start or args.end):
-        raise UsageError("--summary takes no --keys, --start or --end (it uses every sample)")
+    table = "--summary" if args.summary else "--repeats" if args.repeats else None
+    if table and (args.keys or args.start or args.end):
+        raise UsageError(f"{table} takes no --keys, --start or --end (it uses every sample)")
     if args.output != "-":
         _check_output(Path(args.output), fmt)
     selection = {
@@ -125,6 +133,9 @@ def run_export(argv: list[str]) -> int:
     if args.summary:
         frame = summary(**selection)
         what = "summary row"
+    elif args.repeats:
+        frame = summary(**selection, by="repeats")
+        what = "repeat group"
     else:
         bounds = {"keys": args.keys, "start": _time(args.start), "end": _time(args.end)}
         if args.wide:
@@ -139,7 +150,10 @@ def run_export(argv: list[str]) -> int:
         else:
             frame = load(**selection, **bounds)
             what = "sample"
-    runs = frame["run_id"].nunique() if "run_id" in frame else 0
+    if "run_id" in frame:
+        runs = frame["run_id"].nunique()
+    else:
+        runs = len({r for ids in frame.get("run_ids", []) for r in str(ids).split()})
     if args.output == "-":
         frame.to_csv(sys.stdout, index=False)
     else:
@@ -168,7 +182,8 @@ def runs_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radt runs",
         description="Without -e: list the experiments. With -e: a table of its workloads and "
-        "runs with their collocation, time and energy per example.",
+        "runs with their configuration, window, examples/s, time and energy per example, "
+        "slowdown and the basis of those figures (docs/analysis.md).",
     )
     parser.add_argument("-e", "--experiment", help="experiment name or id")
     parser.add_argument(
@@ -177,10 +192,12 @@ def runs_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _duration(seconds: float) -> str:
-    """``3725.2`` → ``1:02:05``; ``42.4`` → ``0:42``."""
+def _duration(seconds: float, exact: bool = False) -> str:
+    """``3725.2`` → ``1:02:05``; ``42.4`` → ``0:42``; ``exact``: under a minute ``42.4s``."""
     if seconds is None or not math.isfinite(seconds):
         return "-"
+    if exact and seconds < 60:
+        return f"{seconds:.1f}s"
     whole = round(seconds)
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
@@ -214,17 +231,22 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
 
 
 def runs_table(frame: pd.DataFrame) -> str:
-    """The text table of ``radt runs`` for a :func:`radt.summary` frame."""
+    """The text table of ``radt runs`` for a :func:`radt.summary` frame.
+
+    Figures are over each row's window; ``basis`` says which (docs/analysis.md).
+    """
     header = [
         "name",
         "status",
-        "collocation",
+        "configuration",
         "workload",
         "duration",
+        "window",
         "examples/s",
-        "time/example",
+        "ms/example",
         "energy/example",
         "slowdown",
+        "basis",
         "run id",
     ]
     rows = []
@@ -236,17 +258,28 @@ def runs_table(frame: pd.DataFrame) -> str:
             [
                 name,
                 str(row.status or "-"),
-                str(row.collocation or "-"),
+                str(row.configuration or "-"),
                 str(row.workload or "-"),
                 _duration(row.duration_s),
+                _duration(row.window_s, exact=True),
                 _number(row.examples_per_s),
-                _si(row.time_per_example_ns * 1e-9, "s"),
+                _number(row.time_per_example_ns * 1e-6, 3),
                 _si(row.energy_per_example_nj * 1e-9, "J"),
                 _number(row.slowdown, 2),
+                str(row.basis or "-"),
                 str(row.run_id),
             ]
         )
-    return _table(header, rows, right={4, 5, 6, 7, 8})
+    return _table(header, rows, right={4, 5, 6, 7, 8, 9})
+
+
+def notes(frame: pd.DataFrame) -> list[str]:
+    """``name: why a figure is missing`` for each row of a summary frame that has a note."""
+    found = []
+    for row in frame.itertuples(index=False):
+        if isinstance(row.window_note, str) and row.window_note:
+            found.append(f"{row.run_name or row.run_id}: {row.window_note}")
+    return found
 
 
 def run_runs(argv: list[str]) -> int:
@@ -281,6 +314,9 @@ def run_runs(argv: list[str]) -> int:
         print(f"experiment {args.experiment!r} has no runs", file=sys.stderr)
         return 0
     print(runs_table(frame))
+    found = notes(frame)
+    if found:
+        print("\nmissing figures:\n  " + "\n  ".join(found), file=sys.stderr)
     if frame["examples"].isna().all():
         print(
             "\nno run reports examples: call radt.log_examples(n) in the training script "

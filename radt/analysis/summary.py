@@ -725,7 +725,10 @@ def summary(
     tables, _ = load_tables(client, needed, KeyFilter(SUMMARY_KEYS), cache_dir=cache_dir)
     _compute(records, needed, tables, children)
 
-    baselines = [r for r in (records[i] for i in wanted) if r.baseline_candidate]
+    baselines = sorted(
+        (r for r in (records[i] for i in wanted) if r.baseline_candidate),
+        key=lambda r: (r.start_s, r.run_id),
+    )
     rows: dict[str, dict] = {}
     for run in chosen:
         record = records[run.info.run_id]

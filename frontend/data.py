@@ -63,13 +63,15 @@ def _one_line(exc: BaseException) -> str:
 def metric_keys(metric_names: Iterable[str]) -> tuple[str, ...]:
     """radT keys of a run's MLflow metric names, sorted (``system/`` stripped).
 
-    ``summary/nvml/gpu0/power_w/mean`` names the key ``nvml/gpu0/power_w`` (a run
-    whose series are only in its samples artifact still lists its keys).
+    ``summary/nvml/gpu0/power_w/mean`` (runs recorded before windows) names the
+    key ``nvml/gpu0/power_w``; the headline figures ``radt/...`` are no series.
     """
-    from radt.analysis.load import MLFLOW_PREFIX, SUMMARY_PREFIX
+    from radt.analysis.load import HEADLINE_PREFIX, MLFLOW_PREFIX, SUMMARY_PREFIX
 
     keys = set()
     for name in metric_names:
+        if name.startswith(HEADLINE_PREFIX):
+            continue
         if name.startswith(SUMMARY_PREFIX):
             key = name[len(SUMMARY_PREFIX) :].rsplit("/", 1)[0]
         elif name.startswith(MLFLOW_PREFIX):

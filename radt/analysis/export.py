@@ -86,6 +86,8 @@ def _time(text: str | None) -> float | str | None:
 def _format(args: argparse.Namespace) -> str:
     if args.format:
         return args.format
+    if args.output == "-":
+        return "csv"
     found = FORMATS.get(Path(args.output).suffix.lower())
     if found is None:
         raise UsageError(

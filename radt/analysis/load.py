@@ -18,8 +18,9 @@ Where the samples of a run come from:
   of every run, with the listener ``mlflow``.
 
 Keys are radT's (``nvml/gpu0/power_w``): MLflow's ``system/`` prefix is
-stripped. The aggregate metrics ``summary/...`` that radT logs at the end of a
-run are not samples and are never loaded (see :func:`radt.summary.summary`).
+stripped. The figures radT logs when a run completes (``radt/...``; runs recorded
+before windows have ``summary/...``) are not samples and are never loaded (see
+:func:`radt.summary`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ SAMPLES_ARTIFACT = "radt/samples.parquet"
 TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
 MLFLOW_PREFIX = "system/"
 SUMMARY_PREFIX = "summary/"
+HEADLINE_PREFIX = "radt/"
+"""The headline figures radT logs when a run completes (``radt/examples_per_s`` …)."""
 SCRIPT_LISTENER = "mlflow"
 """The ``listener`` of the metrics a training script logs itself."""
 MAX_THREADS = 16
@@ -462,7 +465,7 @@ def _script_keys(run, keys: KeyFilter, with_system: bool) -> list[str]:
     """The run's MLflow metric names to read from history."""
     names = []
     for name in run.data.metrics:
-        if name.startswith(SUMMARY_PREFIX):
+        if name.startswith((SUMMARY_PREFIX, HEADLINE_PREFIX)):
             continue
         if name.startswith(MLFLOW_PREFIX) and not with_system:
             continue

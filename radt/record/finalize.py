@@ -13,7 +13,6 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from mlflow.entities import Metric
@@ -29,7 +28,7 @@ SAMPLES_ARTIFACT = "radt/samples.parquet"
 DOING = {
     "metrics": "send the metric stream",
     "samples": "upload the samples",
-    "summary": "log the summary metrics",
+    "summary": "log the summary figures",
     "artifacts": "upload the output log and environment",
     "status": "set the final status",
 }
@@ -57,55 +56,54 @@ def resend_metrics(client: MlflowClient, folder: RunFolder, state: RunState) -> 
     return len(points)
 
 
-def summary_points(
+def summarize(
+    client: MlflowClient,
     folder: RunFolder,
     state: RunState,
-    examples: float | None = None,
+    warn: Callable[[str], None] = lambda message: None,
     samples_path: Path | None = None,
 ) -> list[Metric]:
-    """The run's summary metrics, for MLflow's compare view.
+    """The run's summary: the per-key table, the headline metrics and tags.
 
-    ``summary/<key>/mean`` and ``/max`` of every key, and the run's figures
-    (energy, power, memory and, with examples, time and energy per example)
-    as ``summary/<figure>``. The samples are read from ``samples_path``
+    Writes ``radt/summary.csv`` (per key: count, mean, min, max; uploaded with
+    the other attachments), adds ``radt.basis``, ``radt.warmup`` and
+    ``radt.window_note`` to the tags set at the end, and returns the headline
+    figures over the run's window as ``radt/<figure>`` metrics (see
+    :mod:`radt.analysis.closing`). The samples are read from ``samples_path``
     (default: the folder's compacted ``samples.parquet``).
     """
-    from radt.analysis.figures import summarize_samples
+    from radt.analysis.closing import HEADLINE, METRIC_PREFIX, closing_figures, key_table
 
     samples = pq.read_table(
         samples_path or folder.path / "samples.parquet", columns=["timestamp", "key", "value"]
     )
-    if samples.num_rows == 0:
-        return []
-    table = pa.table({"key": samples["key"].cast(pa.string()), "value": samples["value"]})
-    grouped = table.group_by("key").aggregate([("value", "mean"), ("value", "max")])
+    if samples.num_rows:
+        target = folder.attachments / "radt" / "summary.csv"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        key_table(samples).to_pandas().to_csv(target, index=False)
+    run = client.get_run(state.run_id)
+    tags = {**run.data.tags, **state.tags}
+    closing = closing_figures(
+        client,
+        state.run_id,
+        state.experiment_id,
+        state.status,
+        tags,
+        samples.to_pandas(),
+        state.started_s,
+        state.ended_s,
+        run.data.metrics.get("examples"),
+        run.data.params,
+    )
+    if closing.problem:
+        warn(f"run {state.run_id}: {closing.problem}; radt.summary computes them from the samples")
+    state.tags.update(closing.tags)
     when = round((state.ended_s or state.started_s) * 1000)
-    points = []
-    for key, mean, peak in zip(
-        grouped.column("key").to_pylist(),
-        grouped.column("value_mean").to_pylist(),
-        grouped.column("value_max").to_pylist(),
-        strict=True,
-    ):
-        points.append(Metric(f"summary/{key}/mean", mean, when, 0))
-        points.append(Metric(f"summary/{key}/max", peak, when, 0))
-    duration_s = (state.ended_s or state.started_s) - state.started_s
-    if state.ended_s:
-        # Energy over the run's own window: not while radT stopped listeners after it.
-        end = pa.scalar(round(state.ended_s * 1e6), pa.timestamp("us", tz="UTC"))
-        samples = samples.filter(pc.less_equal(samples["timestamp"], end))
-    figures = summarize_samples(samples.to_pandas(), examples=examples, duration_s=duration_s)
-    points += [
-        Metric(f"summary/{name}", value, when, 0)
-        for name, value in figures.items()
-        if math.isfinite(value)
+    return [
+        Metric(METRIC_PREFIX + name, closing.metrics[name], when, 0)
+        for name in HEADLINE
+        if name in closing.metrics and math.isfinite(closing.metrics[name])
     ]
-    return points
-
-
-def _examples(client: MlflowClient, run_id: str) -> float | None:
-    """The run's last ``examples`` metric (radt.log_examples), if the script logged it."""
-    return client.get_run(run_id).data.metrics.get("examples")
 
 
 def _log_points(client: MlflowClient, run_id: str, points: list[Metric]) -> None:
@@ -136,9 +134,7 @@ def finish(
         "metrics": lambda: resend_metrics(client, folder, state),
         "samples": lambda: client.log_artifact(state.run_id, str(samples.path()), "radt"),
         "summary": lambda: _log_points(
-            client,
-            state.run_id,
-            summary_points(folder, state, _examples(client, state.run_id), samples.path()),
+            client, state.run_id, summarize(client, folder, state, warn, samples.path())
         ),
         "artifacts": lambda: _upload_attachments(client, folder, state),
         "status": lambda: _set_status(client, state),

@@ -1,0 +1,205 @@
+"""The figures a run logs as it completes: a few headline metrics, tags, and a per-key table.
+
+:mod:`radt.record.finalize` calls :func:`closing_figures` in its ``summary``
+step. The figures are those of :func:`radt.analysis.summary.summary` for the
+same run, computed from what is at hand when the run closes:
+
+- a lone run or a client: its client window from its own samples (its
+  ``script/run/*`` counter is there) and its own device series;
+- a workload (parent) run, which closes after its runs: the provider window
+  over its runs' windows (their samples artifacts, else their local folders)
+  and its own device series;
+- ``slowdown``: against the headline metrics the Job's FINISHED ``none`` runs
+  logged when they closed (tag ``radt.basis`` and ``radt/time_per_example_ns``
+  or ``radt/window_s``), the run itself included when it is one.
+
+MLflow's *Model metrics* tab then shows the script's own metrics and
+:data:`HEADLINE` under ``radt/``; the per-key means and maxima go into the
+artifact ``radt/summary.csv`` (:func:`key_table`). ``radt.summary`` recomputes
+everything from the samples artifacts and is the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from radt.analysis.summary import Record
+
+METRIC_PREFIX = "radt/"
+"""Headline figures in MLflow: ``radt/examples_per_s`` …; never samples."""
+HEADLINE = (
+    "examples_per_s",
+    "time_per_example_ns",
+    "energy_per_example_nj",
+    "energy_j",
+    "window_s",
+    "slowdown",
+)
+TABLE_ARTIFACT = "radt/summary.csv"
+MAX_TAG = 5000
+
+
+@dataclass
+class Closing:
+    """What a closing run logs: ``radt/<figure>`` metrics and tags."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def key_table(samples: pa.Table) -> pa.Table:
+    """Per key of the samples: ``key, count, mean, min, max`` (the old ``summary/<key>/…``)."""
+    import pyarrow as pa
+
+    table = pa.table({"key": samples["key"].cast(pa.string()), "value": samples["value"]})
+    grouped = table.group_by("key").aggregate(
+        [("value", "count"), ("value", "mean"), ("value", "min"), ("value", "max")]
+    )
+    grouped = grouped.rename_columns(["key", "count", "mean", "min", "max"])
+    return grouped.sort_by("key")
+
+
+def _level(tags: Mapping[str, str]) -> str:
+    if tags.get("mlflow.parentRunId"):
+        return "client"
+    return "provider" if "radt.workload_runs" in tags else "run"
+
+
+def closing_figures(
+    client,
+    run_id: str,
+    experiment_id: str,
+    status: str,
+    tags: Mapping[str, str],
+    samples: pd.DataFrame,
+    started_s: float,
+    ended_s: float | None,
+    examples_metric: float | None = None,
+    params: Mapping[str, str] | None = None,
+) -> Closing:
+    """The headline figures and tags of a run that is completing (see the module docstring).
+
+    ``samples`` are the run's own (tidy ``timestamp, key, value``), ``tags``
+    its tags as they will be (MLflow's and those set at the end), ``status``
+    its final status, ``examples_metric`` the last MLflow ``examples`` value.
+    """
+    from radt.analysis.figures import NAN, device_series
+    from radt.analysis.summary import Record, _client, _provider, _slowdown
+    from radt.analysis.windows import timeline
+
+    record = Record(
+        run_id=run_id,
+        experiment_id=experiment_id,
+        status=status,
+        level=_level(tags),
+        tags=dict(tags),
+        params=dict(params or {}),
+        start_s=started_s,
+        end_s=ended_s if ended_s else NAN,
+        mlflow_examples=NAN if examples_metric is None else float(examples_metric),
+    )
+    record.timeline = timeline(samples, record.tags)
+    t = record.timeline
+    if not (math.isfinite(t.command_start_s) and math.isfinite(t.command_end_s)) and ended_s:
+        # The whole run, as before windows: not while radT stopped listeners after it.
+        samples = samples[_seconds(samples["timestamp"]) <= ended_s]
+    record.series = device_series(samples)
+    closing = Closing()
+    if record.level == "provider":
+        kids = _clients_of(client, record)
+        if kids is None:
+            closing.tags["radt.window_note"] = (
+                "provider figures: a run's samples were not available when the workload closed; "
+                "radt.summary computes them from the artifacts"
+            )
+            return closing
+        _provider(record, kids)
+    else:
+        _client(record, None, 1)
+        candidates = _baselines(client, record)
+        if record.baseline_candidate:
+            candidates.append(record)
+        record.figures.update(_slowdown(record, candidates))
+    for name in HEADLINE:
+        value = record.figures.get(name, NAN)
+        if name == "window_s":
+            value = record.window.seconds
+        if value is not None and math.isfinite(value):
+            closing.metrics[name] = float(value)
+    closing.tags["radt.basis"] = record.basis
+    closing.tags["radt.warmup"] = record.window.warmup
+    notes = "; ".join(dict.fromkeys(record.notes))
+    if notes:
+        closing.tags["radt.window_note"] = notes[:MAX_TAG]
+    return closing
+
+
+def _seconds(stamps: pd.Series):
+    from radt.analysis.figures import epoch_seconds
+
+    return epoch_seconds(stamps)
+
+
+def _baselines(client, record: Record) -> list[Record]:
+    """The FINISHED ``none`` runs of the experiment with the headline figures they logged."""
+    from radt.analysis.figures import NAN
+    from radt.analysis.load import search_all
+    from radt.analysis.summary import Record
+
+    found = []
+    runs = search_all(
+        client,
+        [record.experiment_id],
+        "tags.`radt.collocation` = 'none' and attributes.status = 'FINISHED'",
+    )
+    for run in runs:
+        if run.info.run_id == record.run_id:
+            continue
+        candidate = Record.of(run, _level(run.data.tags))
+        basis = run.data.tags.get("radt.basis")
+        if basis is None:
+            continue  # recorded before radT logged its basis: radt.summary has it
+        metric = "window_s" if basis.startswith("duration") else "time_per_example_ns"
+        candidate.basis_ = basis
+        candidate.work = float(run.data.metrics.get(METRIC_PREFIX + metric, NAN))
+        if candidate.baseline_candidate:
+            found.append(candidate)
+    return found
+
+
+def _clients_of(client, record: Record) -> list[Record] | None:
+    """The workload's runs with their windows; None when one's samples cannot be read."""
+    from radt.analysis.figures import device_series
+    from radt.analysis.load import KeyFilter, cached_samples, read_samples, search_all
+    from radt.analysis.summary import SUMMARY_KEYS, Record, _client
+    from radt.analysis.windows import timeline
+    from radt.record.runfolder import radt_home, runs_root
+
+    runs = search_all(
+        client, [record.experiment_id], f"tags.`mlflow.parentRunId` = '{record.run_id}'"
+    )
+    runs.sort(key=lambda r: (r.data.tags.get("radt.letter") or "", r.info.start_time or 0))
+    kids = []
+    for run in runs:
+        path = cached_samples(client, run, radt_home() / "cache")
+        local = runs_root() / run.info.run_id / "samples.parquet"
+        if path is None and local.is_file():
+            path = Path(local)
+        if path is None:
+            return None
+        frame = read_samples(path, KeyFilter(SUMMARY_KEYS)).to_pandas()
+        kid = Record.of(run, "client")
+        kid.series = device_series(frame)
+        kid.timeline = timeline(frame, kid.tags)
+        kids.append(kid)
+    for kid in kids:
+        _client(kid, record, len(kids))
+    return kids

@@ -1,0 +1,637 @@
+"""Steady-state windows: the pure window arithmetic, then real recorded runs with known timelines.
+
+The recorded runs are made the way radT makes them (``RecordedRun`` on a real
+SQLite store, samples emitted through its recorder with chosen timestamps,
+closed so that ``radt/samples.parquet`` and the closing figures are written),
+with a constant-power GPU stand-in: ``nvml/gpu0/power_w`` constant P and an
+``nvml/gpu0/energy_j`` counter from an arbitrary offset growing at P J/s. Every
+expected figure below is computed by hand in the comments.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import shutil
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from radt.analysis.export import run_export, run_runs
+from radt.analysis.summary import (
+    COLUMNS,
+    configuration_label,
+    job_of,
+    repeats,
+    strip_flags,
+    summary,
+)
+from radt.analysis.windows import (
+    Timeline,
+    Window,
+    client_window,
+    counter_energy_between,
+    energy_between,
+    min_overlap_s,
+    power_energy_between,
+    provider_window,
+    timeline,
+    value_at,
+)
+from radt.errors import UsageError
+from radt.launch.session import RecordedRun
+from radt.listener import Sample
+
+# --------------------------------------------------------------------------- pure: interpolation
+
+
+def test_value_at_uses_samples_interpolates_between_and_refuses_outside():
+    s, v = np.array([0.0, 1.0, 2.0]), np.array([0.0, 100.0, 400.0])
+    assert value_at(s, v, 1.0) == 100.0  # on a sample: that sample
+    assert value_at(s, v, 1.5) == 250.0  # between: linear
+    assert math.isnan(value_at(s, v, 2.5)) and math.isnan(value_at(s, v, -0.1))
+    assert value_at(s, v, 2.5, reach_s=1.0) == pytest.approx(400.0 + 300.0 * 0.5)
+    assert value_at(s, v, -0.5, reach_s=1.0) == pytest.approx(-50.0)
+
+
+def counter_timeline(first, last, rate, every=0.5, count0=64, epochs=(), marks=(), **extra):
+    """A script that reports ``count0`` at ``first`` then ``rate`` examples/s until ``last``."""
+    times = np.round(np.arange(first, last + every / 2, every), 9)
+    return Timeline(
+        counter_s=times,
+        counter=count0 + rate * (times - first),
+        epoch_s=np.asarray(epochs, float),
+        mark_s=np.asarray(marks, float),
+        **extra,
+    )
+
+
+def test_client_window_starts_at_the_first_epoch_when_two_or_more_were_reported():
+    t = counter_timeline(3.0, 11.0, 200.0, epochs=(5.0, 8.0, 11.0), command_start_s=0.0)
+    w = client_window(t)
+    # 5 s → 11 s: 6 s, counter 432 → 1632
+    assert (w.start_s, w.end_s, w.examples) == (5.0, 11.0, 1200.0)
+    assert (w.basis, w.warmup, w.note) == ("examples", "first_epoch", None)
+    assert w.seconds == 6.0
+
+
+def test_client_window_rules_in_order():
+    base = {"epochs": (5.0, 8.0, 11.0), "command_start_s": 0.0, "command_end_s": 11.5}
+    # one epoch only: the first example ends the warm-up (3 s → 11 s)
+    one = client_window(counter_timeline(3.0, 11.0, 200.0, epochs=(11.0,)))
+    assert (one.start_s, one.examples, one.warmup) == (3.0, 1600.0, "first_example")
+    # radt.start_window(): the latest mark wins over everything
+    mark = client_window(counter_timeline(3.0, 11.0, 200.0, marks=(4.0, 6.0), warmup_s=1, **base))
+    assert (mark.start_s, mark.examples, mark.warmup) == (6.0, 1000.0, "start_window")
+    # --warmup-s 4.25: between the samples at 4.0 (264) and 4.5 (364): 314, to 1664 at 11 s
+    secs = client_window(counter_timeline(3.0, 11.0, 200.0, warmup_s=4.25, **base))
+    assert (secs.start_s, secs.warmup) == (4.25, "warmup_s")
+    assert secs.examples == pytest.approx(1664.0 - 314.0)
+    # --warmup-epochs 2: from the second epoch mark
+    two = client_window(counter_timeline(3.0, 11.0, 200.0, warmup_epochs=2, **base))
+    assert (two.start_s, two.examples, two.warmup) == (8.0, 600.0, "warmup_epochs")
+    # --warmup-epochs 0: from the command's start, where nothing was counted yet
+    zero = client_window(counter_timeline(3.0, 11.0, 200.0, warmup_epochs=0, **base))
+    assert (zero.start_s, zero.examples, zero.seconds) == (0.0, 1664.0, 11.0)
+    # a warm-up that ends before the first example: the window starts at the first example
+    early = client_window(counter_timeline(3.0, 11.0, 200.0, warmup_s=1.0, **base))
+    assert (early.start_s, early.warmup) == (3.0, "first_example")
+    assert "before the first example" in early.note
+
+
+def test_client_window_missing_with_the_reason():
+    base = {"command_start_s": 0.0, "command_end_s": 12.0}
+    far = client_window(counter_timeline(3.0, 11.0, 200.0, epochs=(5.0, 8.0), warmup_epochs=3))
+    assert math.isnan(far.examples) and not far.valid
+    assert far.note == "the warm-up of 3 epochs was not reached (2 reported)"
+    late = client_window(counter_timeline(3.0, 11.0, 200.0, warmup_s=20.0, **base))
+    assert math.isnan(late.examples) and "lasts until the last example" in late.note
+    single = client_window(counter_timeline(3.0, 3.0, 200.0))
+    assert not single.valid and "no steady state" in single.note
+    unknown = client_window(counter_timeline(3.0, 11.0, 200.0, warmup_s=1.0))
+    assert not unknown.valid and "command's start was not recorded" in unknown.note
+
+
+def test_without_examples_the_window_is_the_commands_duration():
+    w = client_window(Timeline(command_start_s=100.0, command_end_s=113.0))
+    assert (w.start_s, w.end_s, w.seconds, w.basis, w.warmup) == (100, 113, 13, "duration", "none")
+    assert math.isnan(w.examples) and "no examples reported" in w.note
+    # warm-up overrides still move the start; a counter that never counted is no counter
+    w = client_window(
+        Timeline(
+            counter_s=np.array([105.0]),
+            counter=np.array([0.0]),
+            command_start_s=100.0,
+            command_end_s=113.0,
+            warmup_s=2.0,
+        )
+    )
+    assert (w.start_s, w.seconds, w.basis, w.warmup) == (102.0, 11.0, "duration", "warmup_s")
+    assert not client_window(Timeline()).valid
+
+
+# --------------------------------------------------------------------------- pure: provider window
+
+
+def test_provider_window_is_the_overlap_and_counts_each_clients_examples_inside_it():
+    a = counter_timeline(2.0, 20.0, 100.0, epochs=(8.0, 14.0, 20.0))  # window 8 → 20
+    b = counter_timeline(3.0, 15.0, 50.0, count0=32, epochs=(7.0, 11.0, 15.0))  # 7 → 15
+    clients = [("A", client_window(a), a), ("B", client_window(b), b)]
+    w = provider_window(clients, device_interval_s=0.1)
+    # 8 s → 15 s: A counts 100 × 7, B 50 × 7
+    assert (w.start_s, w.end_s, w.examples, w.basis, w.warmup) == (
+        8,
+        15,
+        1050,
+        "examples",
+        "overlap",
+    )
+    assert w.note is None
+
+
+def test_provider_window_missing_when_the_clients_do_not_overlap_long_enough():
+    a = counter_timeline(2.0, 10.0, 100.0, epochs=(4.0, 10.0))
+    b = counter_timeline(12.0, 20.0, 100.0, epochs=(14.0, 20.0))
+    apart = provider_window([("A", client_window(a), a), ("B", client_window(b), b)])
+    assert not apart.valid and math.isnan(apart.examples)
+    assert apart.note == "the runs' windows do not overlap in time"
+    c = counter_timeline(9.5, 14.0, 100.0, epochs=(9.5, 14.0))  # overlaps A for 0.5 s
+    short = provider_window([("A", client_window(a), a), ("C", client_window(c), c)], 0.1)
+    assert not short.valid and "overlap for 0.5 s only, less than 1 s" in short.note
+    assert min_overlap_s(0.1) == 1.0 and min_overlap_s(0.5) == 1.5 and min_overlap_s() == 1.0
+    quiet = Timeline(command_start_s=0.0, command_end_s=30.0)
+    mixed = provider_window([("A", client_window(a), a), ("Q", client_window(quiet), quiet)])
+    assert (mixed.start_s, mixed.end_s, mixed.basis) == (4.0, 10.0, "duration")
+    assert math.isnan(mixed.examples) and "run(s) Q report no examples" in mixed.note
+    broken = provider_window([("A", client_window(a), a), ("X", Window(), Timeline())])
+    assert not broken.valid and "no window for run(s) X" in broken.note
+
+
+# --------------------------------------------------------------------------- pure: energy
+
+
+def gpu_counter(begin, end, watts, offset, every=0.1):
+    times = np.round(np.arange(begin, end + every / 2, every), 9)
+    return times, offset + watts * (times - begin)
+
+
+def test_energy_counter_at_the_window_bounds():
+    s, j = gpu_counter(0.0, 30.0, 300.0, 5000.0)
+    assert counter_energy_between(s, j, 6.0, 14.0) == pytest.approx(2400.0, abs=1e-6)
+    assert counter_energy_between(s, j, 6.05, 14.03) == pytest.approx(300.0 * 7.98, abs=1e-6)
+    # one sampling interval of reach beyond the samples, not more
+    assert counter_energy_between(s, j, -0.05, 1.0) == pytest.approx(315.0, abs=1e-6)
+    assert math.isnan(counter_energy_between(s, j, -0.5, 1.0))
+    # a reset (the counter restarts from 0 at 10 s): the interval across it is not counted
+    reset = np.where(s < 10.0, j, 300.0 * (s - 10.0))
+    assert counter_energy_between(s, reset, 6.0, 14.0) == pytest.approx(2400.0 - 30.0, abs=1e-6)
+
+
+def test_power_integrated_over_the_window_skips_gaps():
+    s, _ = gpu_counter(0.0, 30.0, 300.0, 0.0)
+    w = np.full_like(s, 300.0)
+    assert power_energy_between(s, w, 6.0, 14.0) == pytest.approx(2400.0)
+    assert power_energy_between(s, w, 6.05, 14.03) == pytest.approx(300.0 * 7.98)
+    assert math.isnan(power_energy_between(s, w, 6.0, 31.0))
+    hole = (s <= 8.0) | (s >= 12.0)  # no sample for 4 s: more than 5 intervals, not integrated
+    assert power_energy_between(s[hole], w[hole], 6.0, 14.0) == pytest.approx(300.0 * 4)
+
+
+def test_energy_between_prefers_the_counter_and_falls_back_to_power():
+    s, j = gpu_counter(0.0, 30.0, 300.0, 5000.0)
+    series = {
+        ("nvml", "gpu0", "energy_j"): (s, j),
+        ("nvml", "gpu0", "power_w"): (s, np.full_like(s, 250.0)),  # disagrees: the counter wins
+        ("nvml", "gpu1", "power_w"): (s, np.full_like(s, 100.0)),  # no counter: integrated
+    }
+    joules, used, note = energy_between(series, 6.0, 14.0)
+    assert joules == pytest.approx(2400.0 + 800.0) and note is None
+    assert used == {"gpu0": ("nvml", "counter"), "gpu1": ("nvml", "integrated_power")}
+    joules, _, note = energy_between(series, 6.0, 40.0)
+    assert math.isnan(joules) and "gpu0, gpu1 do not cover the window" in note
+
+
+# --------------------------------------------------------------------------- pure: jobs and labels
+
+
+def test_job_is_the_tag_else_the_command_without_seed_only_flags():
+    assert job_of({"radt.job": " resnet50 "}) == "resnet50"
+    command = "train.py --epochs 3 --seed 1 --lr=0.1"
+    assert job_of({"radt.command": command}) == "train.py --epochs 3 --lr=0.1"
+    assert job_of({"radt.command": "train.py --seed=7 --epochs 3"}) == "train.py --epochs 3"
+    ignore = {
+        "radt.command": "t.py --data-seed -3 --amp --seed 2 x",
+        "radt.job_ignore": "--data-seed",
+    }
+    assert job_of(ignore) == "t.py --amp x"
+    assert job_of({}, {"seed": "1", "epochs": "3", "radt.command": None}) == "epochs=3"
+    assert job_of({}) is None
+    assert strip_flags(["a", "--seed", "--amp"], ["seed"]) == ["a", "--amp"]
+
+
+def test_configuration_labels():
+    def runs(mode, n=2, **tags):
+        return [{"radt.collocation": mode, **tags} for _ in range(n)]
+
+    assert configuration_label([{"radt.collocation": "none"}]) == "none"
+    assert configuration_label([{}]) == "none"
+    assert configuration_label(runs("naive")) == "naive x2"
+    assert configuration_label(runs("mps")) == "mps x2"
+    assert configuration_label(runs("mps", **{"radt.mps_thread_pct": "50"})) == "mps:50 x2"
+    shares = [{"radt.collocation": "mps", "radt.mps_thread_pct": p} for p in ("30", "70")]
+    assert configuration_label(shares) == "mps:70+30"
+    profiles = ["1g.10gb", "4g.40gb", "2g.20gb"]
+    mig = [{"radt.collocation": "mig", "radt.mig_profile": p} for p in profiles]
+    assert configuration_label(mig) == "4g.40gb+2g.20gb+1g.10gb"
+
+
+# --------------------------------------------------------------------------- recorded runs
+
+P_ALONE = 200.0
+P_PAIR = 300.0
+COMMAND = "train.py --epochs 3"
+
+
+@pytest.fixture
+def store(tmp_path, template_db, monkeypatch):
+    """A fresh SQLite store and radT home; returns (client, uri)."""
+    db = tmp_path / "mlflow.db"
+    shutil.copy(template_db, db)
+    monkeypatch.setenv("RADT_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{db}"
+    return MlflowClient(uri), uri
+
+
+def gpu(begin, end, watts, offset, every=0.1):
+    """The constant-power GPU stand-in: power P and an energy counter growing at P J/s."""
+    times, joules = gpu_counter(begin, end, watts, offset, every)
+    return [(t, "nvml/gpu0/power_w", watts) for t in times] + [
+        (t, "nvml/gpu0/energy_j", j) for t, j in zip(times, joules, strict=True)
+    ]
+
+
+def script(first, last, rate, epochs=(), count0=64, every=0.5, marks=()):
+    """What the run-API channel leaves: counter samples (also at each epoch end) and marks."""
+    times = sorted(set(np.round(np.arange(first, last + every / 2, every), 9)) | set(epochs))
+    samples = [(t, "script/run/examples", count0 + rate * (t - first)) for t in times]
+    samples += [(t, "script/run/epoch", float(e)) for e, t in enumerate(epochs)]
+    samples += [(t, "script/run/window_start", 1.0) for t in marks]
+    return samples
+
+
+class Study:
+    """Runs recorded with timestamps counted from ``base`` (epoch seconds)."""
+
+    def __init__(self, client, uri, experiment="study"):
+        self.client, self.uri = client, uri
+        self.exp = client.create_experiment(experiment)
+        self.base = float(math.ceil(time.time()) + 1)  # whole seconds: exact in µs
+        self.warnings: list[str] = []
+
+    def tags(self, command_s, **tags):
+        start, end = command_s
+        return {
+            **{k.replace("__", "."): v for k, v in tags.items()},
+            "radt.command_start_s": f"{self.base + start:.6f}",
+            "radt.command_end_s": f"{self.base + end:.6f}",
+        }
+
+    def run(self, name, samples, command_s, tags, parent=None, status="FINISHED"):
+        run = RecordedRun(
+            self.client,
+            self.uri,
+            self.exp,
+            tags=tags,
+            params={},
+            listeners=[],
+            run_name=name,
+            parent_run_id=parent.run_id if parent else None,
+            warn=self.warnings.append,
+        )
+        run.recorder.emit([Sample(self.base + t, k, v) for t, k, v in samples])
+        return run
+
+    def close(self, run, end_s, status="FINISHED"):
+        assert run.close(status, 0, ended_s=self.base + end_s), self.warnings
+        return run.run_id
+
+    def lone(self, name, samples, command_s, **tags):
+        tags = self.tags(command_s, radt__collocation="none", **tags)
+        return self.close(self.run(name, samples, command_s, tags), command_s[1])
+
+    def workload(self, name, device, end_s, clients, mode="naive", **tags):
+        """``clients``: (command, samples, command_s) each; closed first, as the runner does."""
+        shared = {
+            "radt.workload": name,
+            "radt.collocation": mode,
+            "radt.workload_runs": str(len(clients)),
+            **{k.replace("__", "."): v for k, v in tags.items()},
+        }
+        parent = self.run(name, device, (0.0, end_s), shared)
+        kids = []
+        for letter, (command, samples, command_s) in zip("ABC", clients, strict=False):
+            tags = self.tags(command_s, radt__letter=letter, radt__command=command)
+            kids.append(
+                self.run(f"{name}-{letter}", samples, command_s, {**shared, **tags}, parent)
+            )
+        ids = [self.close(kid, cs[1]) for kid, (_, _, cs) in zip(kids, clients, strict=True)]
+        return self.close(parent, end_s), ids
+
+
+def row_of(frame, run_id):
+    rows = frame[frame["run_id"] == run_id]
+    assert len(rows) == 1
+    return rows.iloc[0]
+
+
+def build(client, uri):
+    s = Study(client, uri)
+    ids = {}
+    # Two repeats of the job alone. 1: 64 examples at 2 s, then 250/s; epochs end at 4, 8, 12 s:
+    # window 4 → 12 s (8 s), 2000 examples, 4 ms each, 250/s; 200 W × 8 s = 1600 J, 0.8 J each.
+    ids["alone1"] = s.lone(
+        "alone-1",
+        gpu(0.2, 12.6, P_ALONE, 7777.7) + script(2.0, 12.0, 250.0, epochs=(4.0, 8.0, 12.0)),
+        (0.0, 12.5),
+        radt__command=COMMAND,
+    )
+    # 2: 200/s: 1600 examples in 8 s, 5 ms each; 1600 J, 1 J each.
+    ids["alone2"] = s.lone(
+        "alone-2",
+        gpu(0.2, 12.6, P_ALONE, 31.0) + script(2.0, 12.0, 200.0, epochs=(4.0, 8.0, 12.0)),
+        (0.0, 12.5),
+        radt__command=COMMAND,
+    )
+    # The pair at 300 W. A: 100/s, epochs end 8, 14, 20 s: window 8 → 20 s, 1200 examples,
+    # 10 ms each. B (--seed 1, the same job): 50/s, epochs 7, 11, 15 s: window 7 → 15 s,
+    # 400 examples, 20 ms each. Overlap 8 → 15 s: 700 + 350 = 1050 examples, 6.667 ms each,
+    # 150/s; 300 W × 7 s = 2100 J, 2 J each.
+    ids["pair"], (ids["a"], ids["b"]) = s.workload(
+        "pair",
+        gpu(0.0, 25.0, P_PAIR, 123.4),
+        25.0,
+        [
+            (COMMAND, script(2.0, 20.0, 100.0, epochs=(8.0, 14.0, 20.0)), (0.0, 20.5)),
+            (
+                f"{COMMAND} --seed 1",
+                script(3.0, 15.0, 50.0, epochs=(7.0, 11.0, 15.0), count0=32),
+                (0.0, 15.5),
+            ),
+        ],
+    )
+    # A pair that never ran at the same time: no provider figures.
+    ids["apart"], (ids["apart_a"], ids["apart_b"]) = s.workload(
+        "apart",
+        gpu(0.0, 25.0, P_PAIR, 0.0),
+        25.0,
+        [
+            (COMMAND, script(2.0, 10.0, 100.0, epochs=(4.0, 10.0)), (0.0, 10.5)),
+            (COMMAND, script(12.0, 20.0, 100.0, epochs=(14.0, 20.0)), (11.5, 20.5)),
+        ],
+    )
+    # Without radt.log_examples: the command's duration. Alone 10 s; together 15 s and 14 s.
+    ids["quiet"] = s.lone(
+        "quiet-alone", gpu(0.0, 10.2, P_ALONE, 0.0), (0.0, 10.0), radt__command="q.py"
+    )
+    ids["qpair"], (ids["qa"], ids["qb"]) = s.workload(
+        "quiet-pair",
+        gpu(0.0, 15.2, P_PAIR, 0.0),
+        15.2,
+        [("q.py", [], (0.0, 15.0)), ("q.py --seed 2", [], (0.0, 14.0))],
+    )
+    # Capped at 250 W: a baseline there (125/s: 8 ms each) and a run alone in a workload (50/s)
+    capped = {"radt__power_limit_w": "250"}
+    ids["capped_alone"] = s.lone(
+        "capped-alone",
+        gpu(0.0, 12.6, 150.0, 0.0) + script(2.0, 12.0, 125.0, epochs=(4.0, 8.0, 12.0)),
+        (0.0, 12.5),
+        radt__command=COMMAND,
+        **capped,
+    )
+    ids["capped"], (ids["capped_a"],) = s.workload(
+        "capped",
+        gpu(0.0, 12.6, 150.0, 0.0),
+        12.6,
+        [(COMMAND, script(2.0, 12.0, 50.0, epochs=(4.0, 8.0, 12.0)), (0.0, 12.5))],
+        **capped,
+    )
+    return s, ids
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, template_db):
+    """The study above, recorded once for the tests that only read it."""
+    root = tmp_path_factory.mktemp("study")
+    shutil.copy(template_db, root / "mlflow.db")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RADT_HOME", str(root / "home"))
+        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        uri = f"sqlite:///{root / 'mlflow.db'}"
+        client = MlflowClient(uri)
+        s, ids = build(client, uri)
+        yield client, uri, s, ids
+
+
+def test_client_and_provider_figures_equal_the_hand_computed_ones(study):
+    client, uri, s, ids = study
+    frame = summary("study", tracking_uri=uri)
+    assert list(frame.columns) == list(COLUMNS)
+
+    one = row_of(frame, ids["alone1"])
+    assert (one["level"], one["basis"], one["warmup"]) == ("run", "examples", "first_epoch")
+    assert one["window_start"] == pd.Timestamp(s.base + 4.0, unit="s", tz="UTC")
+    assert one["window_s"] == pytest.approx(8.0)
+    assert one["examples"] == pytest.approx(2000.0) and one["examples_total"] == pytest.approx(2564)
+    assert one["examples_per_s"] == pytest.approx(250.0)
+    assert one["time_per_example_ns"] == pytest.approx(4e6)
+    assert one["energy_method"] == "counter"
+    assert one["energy_j"] == pytest.approx(1600.0)
+    assert one["energy_per_example_nj"] == pytest.approx(8e8)
+    assert one["power_mean_w"] == pytest.approx(P_ALONE)
+    assert one["configuration"] == "none" and one["job"] == COMMAND
+    # the baseline is the mean of both repeats: 4.5 ms, 0.9 J per example
+    baseline = f"{ids['alone1']} {ids['alone2']}"
+    assert one["slowdown"] == pytest.approx(4.0 / 4.5) and one["baseline_run_id"] == baseline
+    two = row_of(frame, ids["alone2"])
+    assert two["time_per_example_ns"] == pytest.approx(5e6)
+    assert two["energy_per_example_nj"] == pytest.approx(1e9)
+    assert two["slowdown"] == pytest.approx(5.0 / 4.5)
+    assert two["energy_per_example_norm"] == pytest.approx(1.0 / 0.9)
+
+    pair = row_of(frame, ids["pair"])
+    assert (pair["level"], pair["basis"], pair["warmup"]) == ("provider", "examples", "overlap")
+    assert pair["window_start"] == pd.Timestamp(s.base + 8.0, unit="s", tz="UTC")
+    assert pair["window_end"] == pd.Timestamp(s.base + 15.0, unit="s", tz="UTC")
+    assert pair["examples"] == pytest.approx(1050.0)
+    assert pair["examples_per_s"] == pytest.approx(150.0)
+    assert pair["time_per_example_ns"] == pytest.approx(7e9 / 1050)
+    assert pair["energy_j"] == pytest.approx(2100.0) and pair["energy_method"] == "counter"
+    assert pair["energy_per_example_nj"] == pytest.approx(2e9)
+    assert pair["configuration"] == "naive x2" and pair["job"] == COMMAND
+    # normalised: the 1050 examples would take 1050 × 4.5 ms and 1050 × 0.9 J alone
+    assert pair["time_per_example_norm"] == pytest.approx(7.0 / (1050 * 4.5e-3))
+    assert pair["examples_per_s_norm"] == pytest.approx(1050 * 4.5e-3 / 7.0)
+    assert pair["energy_per_example_norm"] == pytest.approx(2100.0 / (1050 * 0.9))
+    assert math.isnan(pair["slowdown"])
+
+    a, b = row_of(frame, ids["a"]), row_of(frame, ids["b"])
+    assert (a["window_s"], a["examples"], a["time_per_example_ns"]) == pytest.approx(
+        (12, 1200, 1e7)
+    )
+    assert (b["window_s"], b["examples"], b["time_per_example_ns"]) == pytest.approx((8, 400, 2e7))
+    assert a["slowdown"] == pytest.approx(10.0 / 4.5) and a["baseline_run_id"] == baseline
+    assert b["slowdown"] == pytest.approx(20.0 / 4.5) and b["baseline_run_id"] == baseline
+    assert b["job"] == COMMAND  # --seed 1 is the same job
+    assert a["time_per_example_norm"] == pytest.approx(10.0 / 4.5)
+    assert math.isnan(a["energy_j"]) and "collocated" in a["window_note"]
+
+
+def test_non_overlapping_clients_give_missing_provider_figures_with_the_reason(study):
+    _, uri, _, ids = study
+    frame = summary("study", tracking_uri=uri)
+    apart = row_of(frame, ids["apart"])
+    for figure in ("window_s", "examples", "examples_per_s", "time_per_example_ns", "energy_j"):
+        assert math.isnan(apart[figure]), figure
+    assert apart["window_note"] == "the runs' windows do not overlap in time"
+    # the clients still have their own figures (100/s each: 10 ms)
+    assert row_of(frame, ids["apart_a"])["time_per_example_ns"] == pytest.approx(1e7)
+
+
+def test_runs_without_examples_get_duration_figures_marked_as_such(study):
+    _, uri, _, ids = study
+    frame = summary("study", tracking_uri=uri)
+    quiet = row_of(frame, ids["quiet"])
+    assert (quiet["basis"], quiet["warmup"], quiet["window_s"]) == ("duration", "none", 10.0)
+    assert math.isnan(quiet["time_per_example_ns"]) and math.isnan(quiet["examples"])
+    assert quiet["energy_j"] == pytest.approx(P_ALONE * 10.0)
+    assert "no examples reported" in quiet["window_note"]
+    qa, qb = row_of(frame, ids["qa"]), row_of(frame, ids["qb"])
+    assert qa["basis"] == "duration" and qa["slowdown"] == pytest.approx(1.5)
+    assert qb["slowdown"] == pytest.approx(1.4) and qb["baseline_run_id"] == ids["quiet"]
+    assert qa["time_per_example_norm"] == pytest.approx(1.5)  # the same work: durations
+    provider = row_of(frame, ids["qpair"])
+    assert (provider["basis"], provider["window_s"]) == ("duration", pytest.approx(14.0))
+    assert provider["energy_j"] == pytest.approx(P_PAIR * 14.0)
+    assert math.isnan(provider["time_per_example_ns"])
+    # never compared across bases: the examples runs' baselines are not these
+    assert row_of(frame, ids["a"])["baseline_run_id"] != ids["quiet"]
+
+
+def test_baseline_at_the_same_power_limit_first_normalised_at_the_default(study):
+    _, uri, _, ids = study
+    frame = summary("study", tracking_uri=uri)
+    capped = row_of(frame, ids["capped_a"])
+    # 50/s = 20 ms against the 250 W baseline's 8 ms; normalised against 4.5 ms at full power
+    assert capped["slowdown"] == pytest.approx(20.0 / 8.0)
+    assert capped["baseline_run_id"] == ids["capped_alone"]
+    assert capped["time_per_example_norm"] == pytest.approx(20.0 / 4.5)
+    # the only run of its workload: the workload's energy over its window (150 W × 8 s)
+    assert capped["energy_j"] == pytest.approx(1200.0) and capped["energy_method"] == "counter"
+    assert capped["energy_per_example_nj"] == pytest.approx(1200.0 / 400 * 1e9)
+    assert capped["configuration"] == "naive x1" and capped["power_limit_w"] == "250"
+
+
+def test_repeats_give_mean_spread_and_count(study):
+    _, uri, _, ids = study
+    frame = summary("study", tracking_uri=uri)
+    table = repeats(frame)
+    assert table.equals(summary("study", tracking_uri=uri, by="repeats"))
+    alone = table[
+        (table["view"] == "client") & (table["configuration"] == "none") & (table["job"] == COMMAND)
+    ]
+    alone = alone[alone["power_limit_w"] == "default"].iloc[0]
+    assert alone["count"] == 2 and alone["basis"] == "examples"
+    assert alone["run_ids"] == f"{ids['alone1']} {ids['alone2']}"
+    assert alone["time_per_example_ns_mean"] == pytest.approx(4.5e6)
+    assert alone["time_per_example_ns_min"] == pytest.approx(4e6)
+    assert alone["time_per_example_ns_max"] == pytest.approx(5e6)
+    assert alone["time_per_example_ns_std"] == pytest.approx(math.sqrt(2) * 0.5e6)
+    assert alone["examples_per_s_mean"] == pytest.approx(225.0)
+    pairs = table[(table["view"] == "provider") & (table["configuration"] == "naive x2")]
+    assert set(pairs["basis"]) == {"examples", "duration"}  # never mixed in one row
+    naive = pairs[pairs["basis"] == "examples"].iloc[0]
+    assert naive["count"] == 2  # pair and apart
+    assert naive["time_per_example_ns_mean"] == pytest.approx(7e9 / 1050)  # apart has none
+    clients = table[(table["view"] == "client") & (table["configuration"] == "naive x2")]
+    assert clients[clients["basis"] == "examples"].iloc[0]["count"] == 4
+    with pytest.raises(UsageError, match="by= takes 'repeats'"):
+        summary("study", tracking_uri=uri, by="jobs")
+
+
+def test_closing_figures_in_mlflow_and_the_summary_table_artifact(study, tmp_path):
+    client, _, _, ids = study
+    one = client.get_run(ids["alone1"])
+    metrics = one.data.metrics
+    assert not [k for k in metrics if k.startswith("summary/")]  # the old single-point sections
+    assert metrics["radt/examples_per_s"] == pytest.approx(250.0)
+    assert metrics["radt/time_per_example_ns"] == pytest.approx(4e6)
+    assert metrics["radt/energy_per_example_nj"] == pytest.approx(8e8)
+    assert metrics["radt/energy_j"] == pytest.approx(1600.0)
+    assert metrics["radt/window_s"] == pytest.approx(8.0)
+    assert metrics["radt/slowdown"] == pytest.approx(1.0)  # alone when it closed: itself
+    assert one.data.tags["radt.basis"] == "examples"
+    assert one.data.tags["radt.warmup"] == "first_epoch"
+    # at its close the second repeat saw the first: mean 4.5 ms
+    assert client.get_run(ids["alone2"]).data.metrics["radt/slowdown"] == pytest.approx(5 / 4.5)
+    a = client.get_run(ids["a"]).data.metrics
+    assert a["radt/slowdown"] == pytest.approx(10.0 / 4.5)
+    assert "radt/energy_j" not in a  # collocated: not measured
+    pair = client.get_run(ids["pair"]).data.metrics
+    assert pair["radt/examples_per_s"] == pytest.approx(150.0)
+    assert pair["radt/energy_per_example_nj"] == pytest.approx(2e9)
+    assert pair["radt/window_s"] == pytest.approx(7.0)
+    apart = client.get_run(ids["apart"])
+    assert "radt/examples_per_s" not in apart.data.metrics
+    assert "do not overlap" in apart.data.tags["radt.window_note"]
+    path = client.download_artifacts(ids["alone1"], "radt/summary.csv", str(tmp_path))
+    table = pd.read_csv(path).set_index("key")
+    assert list(table.columns) == ["count", "mean", "min", "max"]
+    assert table.loc["nvml/gpu0/power_w", "mean"] == pytest.approx(P_ALONE)
+    assert table.loc["script/run/examples", "max"] == pytest.approx(2564.0)
+
+
+def test_runs_and_export_show_the_window_figures(study, tmp_path, capsys):
+    _, uri, _, ids = study
+    assert run_runs(["-e", "study", "--tracking-uri", uri]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    one = next(line for line in lines if line.startswith("alone-1 "))
+    assert "250.0" in one and "4.000" in one and "800 mJ" in one and "0.89" in one
+    assert "examples" in one and "8.0s" in one
+    assert "apart: the runs' windows do not overlap in time" in captured.err
+    target = tmp_path / "repeats.csv"
+    assert run_export(["--repeats", "-e", "study", "-o", str(target), "--tracking-uri", uri]) == 0
+    table = pd.read_csv(target)
+    assert {"view", "job", "configuration", "count", "time_per_example_ns_std"} <= set(table)
+    with pytest.raises(UsageError, match="--repeats takes no --keys"):
+        run_export(["--repeats", "-e", "study", "--keys", "x", "-o", "-", "--tracking-uri", uri])
+    out = io.StringIO()
+    frame = summary("study", tracking_uri=uri)
+    frame.to_csv(out, index=False)
+    assert "window_note" in out.getvalue().splitlines()[0]
+
+
+def test_timeline_reads_samples_and_tags():
+    frame = pd.DataFrame(
+        {
+            "timestamp": [3.0, 1.0, 2.0, 2.0, 4.0],
+            "key": [
+                "script/run/examples",
+                "script/run/examples",
+                "script/run/examples",
+                "script/run/epoch",
+                "script/run/window_start",
+            ],
+            "value": [30.0, 10.0, 20.0, 0.0, 1.0],
+        }
+    )
+    tags = {"radt.command_start_s": "0.5", "radt.warmup_epochs": "2", "radt.warmup_s": "x"}
+    t = timeline(frame, tags)
+    assert list(t.counter_s) == [1.0, 2.0, 3.0] and list(t.counter) == [10.0, 20.0, 30.0]
+    assert list(t.epoch_s) == [2.0] and list(t.mark_s) == [4.0]
+    assert t.command_start_s == 0.5 and math.isnan(t.command_end_s)
+    assert t.warmup_epochs == 2 and t.warmup_s is None

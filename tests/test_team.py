@@ -39,6 +39,7 @@ from test_outage import (
     key_rows,
     ride_out,
     samples_artifact,
+    summary_stat,
     wait_streamed,
 )
 
@@ -215,7 +216,7 @@ def assert_counters_arrived(client, runs: list, tmp_path: Path) -> None:
     """Every counter sample of a workload's runs reached its run's artifact and MLflow.
 
     Per run: MLflow's history of ``system/counter/seq/n`` is exactly the decimation
-    of the run's samples artifact (``assert_stream_matches``), and ``summary/…/max``
+    of the run's samples artifact (``assert_stream_matches``), and the max in ``radt/summary.csv``
     is the artifact's maximum. Over the workload: the values cover 0..max without a gap. A workload
     of one run must count 0..n-1 exactly.
 
@@ -231,7 +232,8 @@ def assert_counters_arrived(client, runs: list, tmp_path: Path) -> None:
         if len(runs) == 1:
             assert_counter_complete(table, at_least=5)
         assert_stream_matches(client, run, table)
-        assert run.data.metrics["summary/counter/seq/n/max"] == max(values)
+        stat = summary_stat(client, run.info.run_id, COUNTER, "max", tmp_path / run.info.run_id)
+        assert stat == max(values)
         assert any(k.startswith("system/top/proc/") for k in run.data.metrics), run.info.run_name
         seen.update(values)
     assert seen == {float(i) for i in range(int(max(seen)) + 1)}, "counter samples missing"
@@ -332,8 +334,9 @@ def test_each_run_of_a_workload_observes_its_own_process(server, tmp_path):
     for letter in "AB":
         table = samples_artifact(client, runs[letter].info.run_id, tmp_path / letter)
         assert_counter_complete(table, at_least=20)
-    assert runs["A"].data.metrics["summary/top/proc/rss_mib/max"] >= 200
-    assert runs["B"].data.metrics["summary/top/proc/rss_mib/max"] < 150
+    rss = "top/proc/rss_mib"
+    assert summary_stat(client, runs["A"].info.run_id, rss, "max", tmp_path / "A") >= 200
+    assert summary_stat(client, runs["B"].info.run_id, rss, "max", tmp_path / "B") < 150
 
 
 SLOW_COLLECT_PLUGIN = """
@@ -504,7 +507,7 @@ def test_postgres_restarted_mid_run_loses_nothing(server, postgres, tmp_path):
     n = assert_counter_complete(table, at_least=40)
     assert_stream_matches(client, run, table)
     assert_stream_matches(client, run, table, key=NVML_KEY)
-    assert run.data.metrics["summary/counter/seq/n/max"] == n - 1
+    assert summary_stat(client, run_id, COUNTER, "max", tmp_path) == n - 1
     nothing_to_sync(ws)
 
 

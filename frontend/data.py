@@ -114,7 +114,7 @@ class Store:
 
         self.tracking_uri = tracking_uri
         self.label = redact(resolve_tracking_uri(tracking_uri)[0])
-        self._cache: OrderedDict[tuple, pd.DataFrame] = OrderedDict()
+        self._cache: OrderedDict[tuple, object] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
@@ -192,6 +192,35 @@ class Store:
                 experiment, list(runs) if runs else None, tracking_uri=self.tracking_uri
             )
         )
+
+    def windows(self, runs: Sequence[RunInfo]) -> dict[str, tuple[int, int, str]]:
+        """Each ended run's window and basis (µs since the epoch), from ``radt.summary``.
+
+        Runs still RUNNING have no window yet; windows of ended runs are kept in
+        memory like their samples.
+        """
+        ended = sorted(r.run_id for r in runs if not r.running)
+        if not ended:
+            return {}
+        token = ("windows", tuple(ended))
+        with self._lock:
+            if token in self._cache:
+                self._cache.move_to_end(token)
+                return self._cache[token]
+        frame = self.summary(None, ended)
+        found = {}
+        for row in frame.itertuples(index=False):
+            if pd.notna(row.window_start) and pd.notna(row.window_end):
+                found[str(row.run_id)] = (
+                    int(row.window_start.value // 1000),
+                    int(row.window_end.value // 1000),
+                    str(row.basis),
+                )
+        with self._lock:
+            self._cache[token] = found
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return found
 
     def runs(self, run_ids: Sequence[str]) -> dict[str, RunInfo]:
         """The runs and their workload (parent) runs, oldest first; unknown ids are an error."""

@@ -3,8 +3,11 @@
 Rows of the frame (``level``): a **provider** is a workload (its parent run), a
 **client** one training process of it, a **run** a lone command (both at once).
 Configurations are told apart by collocation mode (colour) and power limit
-(symbol, or the outer group of a bar chart). Every builder returns a figure that
-says in words why it is empty rather than an empty plot.
+(symbol, or the outer group of a bar chart). A provider's figures are over its
+window (the overlap of its runs' steady states); each point says its window
+and ``basis`` on hover, and points on different bases are separate traces with
+the basis in their name. Every builder returns a figure that says in words why
+it is empty rather than an empty plot.
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ NO_EXAMPLES = (
     "No run reports examples: call radt.log_examples(n) in the training script<br>"
     "(or log a metric named <i>examples</i>) for per-example figures."
 )
+BASIS_WORDS = {
+    "examples": "steady state (a workload: while all its runs were in theirs)",
+    "duration": "the command's duration (no examples reported)",
+    "examples_lifetime": "the whole run, start-up included (no counter samples)",
+    "duration_lifetime": "the whole run's duration (no counter samples)",
+}
+"""What each ``basis`` of radt.summary means, in a few words."""
 NO_ENERGY = (
     "No GPU energy in these workloads (a CPU-only machine, or no nvml, dcgm or smi listener):<br>"
     "energy per example needs a GPU listener."
@@ -106,6 +116,44 @@ def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _basis(frame: pd.DataFrame) -> pd.Series:
+    """The rows' basis (``-`` where a frame has none)."""
+    if "basis" not in frame:
+        return pd.Series("-", index=frame.index)
+    return frame["basis"].astype(object).fillna("-").astype(str)
+
+
+def basis_note(frame: pd.DataFrame) -> str:
+    """What the providers' figures of a summary frame are over, in one sentence.
+
+    Says which bases occur (docs/analysis.md) and warns when they are mixed:
+    figures on different bases do not compare.
+    """
+    rows = frame[frame["level"].isin(PROVIDERS)]
+    counts = _basis(rows).value_counts()
+    counts = counts[counts.index != "-"]
+    if counts.empty:
+        return ""
+    parts = [f"{BASIS_WORDS.get(b, b)} [{b}, {n}]" for b, n in counts.items()]
+    if len(parts) == 1:
+        return f"Workload figures are over their window: {parts[0]}."
+    return (
+        "Mixed bases, not comparable with each other (separate legend entries): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def _window_text(rows: pd.DataFrame) -> np.ndarray:
+    """Per row: ``12.3 s window, examples basis`` for hover labels."""
+    seconds = _finite(rows["window_s"]) if "window_s" in rows else pd.Series(np.nan, rows.index)
+    texts = []
+    for value, basis in zip(seconds.to_numpy(), _basis(rows), strict=True):
+        window = f"{value:.3g} s window" if np.isfinite(value) else "no window"
+        texts.append(f"{window}, {basis} basis")
+    return np.asarray(texts, dtype=object)
+
+
 def _symbols(frame: pd.DataFrame) -> dict[str, str]:
     caps = sorted({power_label(v) for v in frame["power_limit_w"]})
     return {cap: SYMBOLS[i % len(SYMBOLS)] for i, cap in enumerate(caps)}
@@ -121,13 +169,17 @@ def efficiency_figure(frame: pd.DataFrame) -> go.Figure:
         return empty_figure(NO_EXAMPLES, title)
     if not (np.isfinite(seconds) & np.isfinite(joules)).any():
         return empty_figure(NO_ENERGY, title)
-    rows = rows.assign(_s=seconds, _j=joules)
+    rows = rows.assign(_s=seconds, _j=joules, _basis=_basis(rows), _window=_window_text(rows))
     rows = rows[np.isfinite(rows["_s"]) & np.isfinite(rows["_j"])]
     symbols = _symbols(rows)
+    mixed = rows["_basis"].nunique() > 1
     fig = go.Figure()
-    for (mode, cap), part in _ordered(rows).groupby(
-        ["collocation", rows["power_limit_w"].map(power_label)], sort=False, dropna=False
+    for (mode, cap, basis), part in _ordered(rows).groupby(
+        ["collocation", rows["power_limit_w"].map(power_label), "_basis"],
+        sort=False,
+        dropna=False,
     ):
+        symbol = symbols[cap] + ("-open" if mixed and basis != "examples" else "")
         fig.add_trace(
             go.Scatter(
                 x=part["_s"],
@@ -135,11 +187,12 @@ def efficiency_figure(frame: pd.DataFrame) -> go.Figure:
                 mode="markers+text",
                 text=part["workload"].fillna(part["run_name"]),
                 textposition="top center",
-                name=f"{mode} · {cap}",
-                marker={"size": 12, "color": mode_colour(mode), "symbol": symbols[cap]},
-                customdata=part[["run_name", "examples"]].to_numpy(),
+                name=f"{mode} · {cap}" + (f" · {basis}" if mixed else ""),
+                marker={"size": 12, "color": mode_colour(mode), "symbol": symbol},
+                customdata=part[["run_name", "examples", "_window"]].to_numpy(),
                 hovertemplate="%{customdata[0]}<br>%{x:.3s}s per example<br>"
-                "%{y:.3s}J per example<br>%{customdata[1]:,.0f} examples<extra></extra>",
+                "%{y:.3s}J per example<br>%{customdata[1]:,.0f} examples in a "
+                "%{customdata[2]}<extra></extra>",
             )
         )
     fig.add_annotation(
@@ -177,6 +230,7 @@ def throughput_energy_figure(frame: pd.DataFrame) -> go.Figure:
     )
     outer = rows["power_limit_w"].map(power_label).to_numpy(dtype=object)
     inner = rows["workload"].fillna(rows["run_name"]).astype(str).to_numpy(dtype=object)
+    windows = _window_text(rows)
     for col, values in ((1, rate), (2, joules)):
         for mode in dict.fromkeys(rows["collocation"]):
             mask = (rows["collocation"] == mode).to_numpy()
@@ -188,7 +242,10 @@ def throughput_energy_figure(frame: pd.DataFrame) -> go.Figure:
                     legendgroup=str(mode),
                     showlegend=col == 1,
                     marker_color=mode_colour(mode),
-                    hovertemplate="%{x}<br>%{y:.4s}<extra>" + str(mode) + "</extra>",
+                    customdata=windows[mask],
+                    hovertemplate="%{x}<br>%{y:.4s} over a %{customdata}<extra>"
+                    + str(mode)
+                    + "</extra>",
                 ),
                 row=1,
                 col=col,
@@ -229,8 +286,8 @@ def slowdown_figure(frame: pd.DataFrame) -> go.Figure:
     ok = np.isfinite(slow) & np.isfinite(expected)
     if not ok.any():
         return empty_figure(
-            "No slowdown yet: it needs a baseline, a FINISHED run of the same command "
-            "alone<br>(collocation none) that reports examples.",
+            "No slowdown yet: it needs a baseline, a FINISHED run of the same job alone<br>"
+            "(collocation none) on the same basis (both with examples, or both without).",
             title,
         )
     fig = go.Figure()
@@ -246,7 +303,7 @@ def slowdown_figure(frame: pd.DataFrame) -> go.Figure:
         )
     )
     labels = [f"{s.numerator}/{s.denominator}" if s else "?" for s in shares]
-    part = clients.assign(_x=expected, _y=slow, _share=labels)[ok]
+    part = clients.assign(_x=expected, _y=slow, _share=labels, _window=_window_text(clients))[ok]
     for mode, group in part.groupby("collocation", sort=False):
         fig.add_trace(
             go.Scatter(
@@ -257,9 +314,10 @@ def slowdown_figure(frame: pd.DataFrame) -> go.Figure:
                 textposition="top center",
                 name=str(mode),
                 marker={"size": 11, "color": mode_colour(mode)},
-                customdata=group[["_share", "workload"]].to_numpy(),
+                customdata=group[["_share", "workload", "_window"]].to_numpy(),
                 hovertemplate="%{text} (%{customdata[1]})<br>share %{customdata[0]} of the GPU"
-                "<br>slowdown %{y:.2f}× (share implies %{x:.2f}×)<extra></extra>",
+                "<br>slowdown %{y:.2f}× (share implies %{x:.2f}×)<br>%{customdata[2]}"
+                "<extra></extra>",
             )
         )
     fig.update_xaxes(title_text="partition size as slowdown: 1 / share of the GPU", range=[0, top])

@@ -117,10 +117,70 @@ class SeriesStats:
     traces: int = 0
     samples: int = 0
     shown: int = 0
+    bands: int = 0
 
     @property
     def downsampled(self) -> bool:
         return self.shown < self.samples
+
+
+@dataclass(frozen=True)
+class RunWindow:
+    """The window a run's figures are over (``radt.summary``'s ``window_start/_end``)."""
+
+    start_us: int
+    end_us: int
+    basis: str
+
+
+def window_bands(
+    fig: go.Figure,
+    windows: Mapping[str, RunWindow],
+    runs: Mapping[str, RunLabel],
+    colours: Mapping[str, str],
+    rows: int,
+    relative: bool,
+) -> int:
+    """Shade each run's window across all ``rows`` panels, in the run's colour; return how many.
+
+    One shape per run, named and labelled ``pair-A: window (examples)``, drawn
+    on the bottom panel's time axis, which the others match, over the whole
+    height. (No legend entries: plotly stops zooming matched axes when a shape
+    has one, and a shape on a matching axis does the same.)
+    """
+    axis = f"x{rows}" if rows > 1 else "x"
+    drawn = 0
+    for run_id, span in windows.items():
+        run = runs.get(run_id)
+        if run is None or span.end_us <= span.start_us:
+            continue
+        if relative:
+            x0, x1 = (span.start_us - run.start_us) / 1e6, (span.end_us - run.start_us) / 1e6
+        else:
+            x0 = pd.Timestamp(span.start_us, unit="us").isoformat()
+            x1 = pd.Timestamp(span.end_us, unit="us").isoformat()
+        label = f"{run.name} (workload)" if run.workload else run.name
+        fig.add_shape(
+            type="rect",
+            xref=axis,
+            yref="paper",
+            x0=x0,
+            x1=x1,
+            y0=0,
+            y1=1,
+            fillcolor=colours.get(run_id, "#888888"),
+            opacity=0.12,
+            layer="below",
+            line_width=0,
+            name=f"{label}: window ({span.basis})",
+            label={
+                "text": f"{label}: window ({span.basis})",
+                "textposition": "top left",
+                "font": {"size": 10, "color": colours.get(run_id, "#888888")},
+            },
+        )
+        drawn += 1
+    return drawn
 
 
 def timeseries_figure(
@@ -132,6 +192,7 @@ def timeseries_figure(
     window: tuple | None = None,
     budget: int = DEFAULT_BUDGET,
     revision: str = "",
+    windows: Mapping[str, RunWindow] | None = None,
 ) -> tuple[go.Figure, SeriesStats]:
     """Overlay ``keys`` of ``runs`` from a tidy ``frame`` (``radt.load``'s columns).
 
@@ -139,9 +200,10 @@ def timeseries_figure(
     start (``relative``), else wall time in UTC. Within ``window`` (x-axis
     bounds as the browser sends them; None: everything) each trace keeps at
     most ``budget`` points, chosen by MinMaxLTTB. A run's colour is the same
-    in every panel; keys within a panel differ by dash. ``revision`` becomes
-    ``layout.uirevision``, so zoom and hidden traces survive a refresh of the
-    same view.
+    in every panel; keys within a panel differ by dash. ``windows`` (per run
+    id) are shaded as bands in the run's colour (:func:`window_bands`).
+    ``revision`` becomes ``layout.uirevision``, so zoom and hidden traces
+    survive a refresh of the same view.
     """
     stats = SeriesStats()
     names = panels(keys)
@@ -194,6 +256,8 @@ def timeseries_figure(
             row=names.index(quantity(key)) + 1,
             col=1,
         )
+    if windows:
+        stats.bands = window_bands(fig, windows, runs, colours, len(names), relative)
     for row, name in enumerate(names, start=1):
         fig.update_yaxes(title_text=split_unit(name)[1] or None, row=row, col=1)
     fig.update_xaxes(

@@ -245,6 +245,13 @@ def test_selected_runs_overlay_their_series_with_their_workloads(page, ui, study
     assert "alone-A · top/proc/cpu_pct" in names
     assert "pair-A · top/proc/cpu_pct" in names
     assert "pair-B · top/proc/cpu_pct" not in names
+    # each run's window (what its figures are over) is a band in the run's colour
+    bands = "(gd.layout.shapes || []).map(s => s.name)"
+    wait_for(lambda: len(figure(page, "ts-graph", bands)) == 4, timeout=30)
+    shown = figure(page, "ts-graph", bands)
+    assert any(name.startswith("alone-A: window (") for name in shown), shown
+    assert any(name.startswith("pair (workload): window (") for name in shown), shown
+    assert "Shaded: each run's window" in page.inner_text("#ts-info")
     # the workloads' device-wide series come with their runs
     pick(page, "ts-keys", "iostat/net/recv_mib_s")
     wait_for(lambda: len(trace_names(page)) == 4, timeout=30)
@@ -306,6 +313,7 @@ def test_compare_page_draws_the_study_charts(page, ui, study, shots):
     assert bars >= 2
     notes = " ".join(annotations(page, "cmp-efficiency"))
     assert "No GPU energy" in notes  # a CPU-only study: a note, not an empty plot
+    assert "Workload figures are over their window" in page.inner_text("#cmp-note")
     assert "No GPU utilisation" in page.inner_text("#cmp-util")
     page.screenshot(path=str(shots / "compare.png"), full_page=True)
 

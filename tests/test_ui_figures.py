@@ -13,6 +13,7 @@ import pytest
 from radt.frontend.data import metric_keys
 from radt.frontend.downsample import minmax_lttb, reduce, window
 from radt.frontend.figures import (
+    basis_note,
     config_label,
     efficiency_figure,
     focus,
@@ -27,6 +28,7 @@ from radt.frontend.pages.runs import COLUMNS as GRID_COLUMNS
 from radt.frontend.pages.runs import grid_rows
 from radt.frontend.series import (
     RunLabel,
+    RunWindow,
     default_keys,
     panel_title,
     panels,
@@ -233,8 +235,43 @@ def test_metric_keys_of_a_run():
         "examples",
         "summary/top/proc/cpu_pct/mean",
         "summary/nvml/gpu0/power_w/max",
+        "radt/examples_per_s",  # a headline figure, no series
     ]
     assert metric_keys(names) == ("examples", "nvml/gpu0/power_w", "top/proc/cpu_pct")
+
+
+def test_each_runs_window_is_a_band_in_every_panel():
+    frame = pd.concat(
+        [
+            _tidy("a", "nvml/gpu0/power_w", range(20), [100] * 20),
+            _tidy("a", "top/proc/cpu_pct", range(20), range(20)),
+            _tidy("b", "top/proc/cpu_pct", range(20), range(20)),
+        ]
+    )
+    runs = {"a": _label("a", "pair-A"), "b": _label("b", "pair-B", start=T0 + pd.Timedelta(1, "h"))}
+    start = int(T0.value // 1000)
+    windows = {
+        "a": RunWindow(start + 4_000_000, start + 12_000_000, "examples"),
+        "b": RunWindow(
+            start + 3600_000_000 + 2_000_000, start + 3600_000_000 + 9_000_000, "duration"
+        ),
+        "gone": RunWindow(start, start + 1, "examples"),  # not shown: no band
+    }
+    keys = ["nvml/gpu0/power_w", "top/proc/cpu_pct"]
+    fig, stats = timeseries_figure(frame, runs, keys, windows=windows)
+    assert stats.bands == 2
+    a, b = fig.layout.shapes  # one per run, over both panels
+    assert (a.x0, a.x1) == (4.0, 12.0)  # seconds since the run started
+    assert (b.x0, b.x1) == (2.0, 9.0) and "duration" in b.name
+    # on the bottom panel's axis, which the top one matches, from the bottom to the top
+    assert (a.xref, a.yref, a.y0, a.y1) == ("x2", "paper", 0, 1)
+    assert fig.layout.xaxis.matches == "x2"
+    assert a.name == a.label.text == "pair-A: window (examples)"
+    assert a.fillcolor == fig.data[0].line.color
+    assert not a.showlegend  # a shape in the legend stops plotly zooming the matched axes
+    fig, _ = timeseries_figure(frame, runs, keys, windows=windows, relative=False)
+    assert fig.layout.shapes[0].x0 == "2026-01-01T00:00:04"
+    json.loads(pio.to_json(fig))
 
 
 # --------------------------------------------------------------------------- compare charts
@@ -262,6 +299,8 @@ def study(energy: bool = True) -> pd.DataFrame:
                 "power_limit_w": cap,
                 "examples_per_s": 1e9 / ns,
                 "time_per_example_ns": ns,
+                "basis": "examples",
+                "window_s": 30.0,
                 "energy_per_example_nj": nj if energy else math.nan,
                 "util_mean_pct": 80.0 if energy else math.nan,
             }
@@ -341,6 +380,27 @@ def test_efficiency_scatter_places_workloads_by_time_and_energy_and_says_down_le
     }
     assert "better" in annotations(fig)
     assert fig.layout.xaxis.ticksuffix == "s" and fig.layout.yaxis.ticksuffix == "J"
+
+
+def test_points_say_their_window_and_basis_and_mixed_bases_are_kept_apart():
+    frame = study()
+    fig = efficiency_figure(frame)
+    assert all("30 s window, examples basis" in list(t.customdata[:, 2]) for t in fig.data)
+    assert "%{customdata[2]}" in fig.data[0].hovertemplate
+    note = basis_note(frame)
+    assert note.startswith("Workload figures are over their window: steady state")
+    old = frame.assign(basis=frame["basis"].where(frame["run_id"] != "pair", "examples_lifetime"))
+    fig = efficiency_figure(old)
+    names = {t.name for t in fig.data}
+    assert "naive · default cap · examples_lifetime" in names
+    assert "none · default cap · examples" in names
+    lifetime = next(t for t in fig.data if t.name.endswith("examples_lifetime"))
+    assert lifetime.marker.symbol.endswith("-open")
+    note = basis_note(old)
+    assert note.startswith("Mixed bases, not comparable") and "[examples_lifetime, 1]" in note
+    assert "[examples, 3]" in note
+    bars = throughput_energy_figure(frame)
+    assert "over a %{customdata}" in bars.data[0].hovertemplate
 
 
 def test_charts_without_energy_or_examples_carry_a_note_instead_of_an_empty_plot():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dash import Dash, Input, Output, dcc, html
 from radt.frontend.data import DataError, Store
 from radt.frontend.figures import (
+    basis_note,
     efficiency_figure,
     focus,
     normalise,
@@ -80,8 +81,9 @@ def register(app: Dash, store: Store) -> None:
             return [message, *(empty_figure(message) for _ in CHARTS)]
         shown = normalise(focus(frame, chosen))
         note = compare_note(int((shown["level"] != "client").sum()), len(chosen))
+        note += " " + (basis_note(shown) or "")
         return [
-            note,
+            note.strip(),
             efficiency_figure(shown),
             throughput_energy_figure(shown),
             slowdown_figure(shown),

@@ -14,7 +14,13 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 from radt.frontend.data import DataError, RunInfo, Store
 from radt.frontend.downsample import DEFAULT_BUDGET
-from radt.frontend.series import RunLabel, default_keys, relayout_window, timeseries_figure
+from radt.frontend.series import (
+    RunLabel,
+    RunWindow,
+    default_keys,
+    relayout_window,
+    timeseries_figure,
+)
 from radt.frontend.style import empty_figure
 
 from radt.words import count
@@ -181,6 +187,11 @@ def register(app: Dash, store: Store) -> None:
         window = None
         if view and view.get("rev") == revision and view.get("range"):
             window = tuple(view["range"])
+        try:
+            bands = {k: RunWindow(*v) for k, v in store.windows(list(runs.values())).items()}
+            missing = None
+        except DataError as exc:
+            bands, missing = {}, str(exc)
         fig, stats = timeseries_figure(
             frame,
             _labels(runs),
@@ -189,9 +200,17 @@ def register(app: Dash, store: Store) -> None:
             window=window,
             budget=DEFAULT_BUDGET,
             revision=revision,
+            windows=bands,
         )
         live = any(r.running for r in runs.values())
         info = _info(stats, window, frame, runs)
+        if stats.bands:
+            info += (
+                ". Shaded: each run's window, the span its figures are over "
+                "(a workload's: while all its runs were in theirs)"
+            )
+        if missing:
+            info += f". No window bands: {missing}"
         return available, picked, _keys_note(available), fig, info, revision, not live
 
     @app.callback(

@@ -30,11 +30,10 @@ table = radt.summary(EXPERIMENT)
 shown = [
     "level",
     "run_name",
-    "collocation",
-    "mig_profile",
-    "mps_thread_pct",
+    "configuration",
     "status",
-    "duration_s",
+    "basis",
+    "window_s",
     "examples",
     "examples_per_s",
     "time_per_example_ns",
@@ -44,7 +43,7 @@ shown = [
     "power_mean_w",
     "slowdown",
 ]
-text = ["collocation", "mig_profile", "status"]
+text = ["configuration", "status", "basis"]
 readable = table[shown].fillna({column: "-" for column in text})
 print(readable.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:,.4g}"))
 
@@ -57,17 +56,13 @@ print(readable.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:,.
 
 # %%
 def label(row: pd.Series) -> str:
-    """``pair (naive)``, ``mig-3g (mig 3g.40gb)``, ``mps50 (mps 50 %)``."""
-    mode = row["collocation"] or "none"
-    if isinstance(row["mig_profile"], str):
-        mode += f" {row['mig_profile']}"
-    if pd.notna(row["mps_thread_pct"]):
-        mode += f" {row['mps_thread_pct']:g} %"
-    return f"{row['workload'] or row['run_name']} ({mode})"
+    """``pair (naive x2)``, ``mig-3g (4g.40gb+3g.40gb · 250 W)``, ``alone (none)``."""
+    cap = f" · {row['power_limit_w']} W" if isinstance(row["power_limit_w"], str) else ""
+    return f"{row['workload'] or row['run_name']} ({row['configuration']}{cap})"
 
 
 configurations = table[table["level"].isin(["provider", "run"])].copy()
-configurations["configuration"] = configurations.apply(label, axis=1)
+configurations["label"] = configurations.apply(label, axis=1)
 clients = table[table["level"] == "client"]
 has_energy = configurations["energy_per_example_nj"].notna().any()
 has_examples = configurations["time_per_example_ns"].notna().any()
@@ -81,8 +76,8 @@ if has_energy:
         x="time_per_example_ns",
         y="energy_per_example_nj",
         color="collocation",
-        text="configuration",
-        hover_data=["run_id", "examples", "energy_j", "energy_method", "power_mean_w"],
+        text="label",
+        hover_data=["run_id", "basis", "window_s", "examples", "energy_j", "energy_method"],
         labels={
             "time_per_example_ns": "time per example (ns)",
             "energy_per_example_nj": "GPU energy per example (nJ)",
@@ -113,17 +108,17 @@ else:
             configurations.assign(view="provider (all runs of the workload)"),
             clients.assign(
                 view="client (one run)",
-                configuration=clients["run_name"],
+                label=clients["run_name"],
             ),
         ]
     ).dropna(subset=["time_per_example_ns"])
     figure = px.bar(
         rows,
-        x="configuration",
+        x="label",
         y="time_per_example_ns",
         color="collocation",
         facet_col="view",
-        hover_data=["run_id", "examples", "duration_s", "slowdown"],
+        hover_data=["run_id", "basis", "window_s", "examples", "slowdown"],
         labels={"time_per_example_ns": "time per example (ns)"},
         title=f"{EXPERIMENT}: time per example (lower is better); no energy recorded",
     )
@@ -132,18 +127,17 @@ figure.write_html(OUTPUT)
 print(f"wrote {OUTPUT}")
 
 # %% [markdown]
-# Each client against the same job alone on the whole machine (its baseline,
-# the most recent FINISHED run of the same command with collocation `none`):
+# Each client against the same job alone on the whole machine (its baseline:
+# the mean of the Job's FINISHED runs with collocation `none`, the same command
+# up to `--seed`; docs/analysis.md):
 
 # %%
-columns = ["run_name", "collocation", "time_per_example_ns", "slowdown", "baseline_run_id"]
+columns = ["run_name", "configuration", "time_per_example_ns", "slowdown", "baseline_run_id"]
 print(clients[columns].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:,.4g}"))
 unmatched = clients[clients["slowdown"].isna()]
 if len(unmatched):
-    print(
-        f"no slowdown for {', '.join(unmatched['run_name'])}: no FINISHED run of the same "
-        "command (and params) ran alone (collocation none) in this experiment"
-    )
+    for row in unmatched.itertuples():
+        print(f"no slowdown for {row.run_name}: {row.window_note}")
 
 # %% [markdown]
 # The samples behind these figures, one row per sample, e.g. the memory of

@@ -2,7 +2,7 @@
 
 from radt.analysis.figures import summarize_samples
 from radt.analysis.load import load, load_wide
-from radt.analysis.summary import summary
+from radt.analysis.summary import repeats, summary
 from radt.listener import Listener, PolledListener, RunContext, Sample
 from radt.run_api import Run, log_epoch, log_examples, start_window
 
@@ -19,6 +19,7 @@ __all__ = [
     "load_wide",
     "log_epoch",
     "log_examples",
+    "repeats",
     "start_window",
     "summarize_samples",
     "summary",

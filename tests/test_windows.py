@@ -635,3 +635,25 @@ def test_timeline_reads_samples_and_tags():
     assert list(t.epoch_s) == [2.0] and list(t.mark_s) == [4.0]
     assert t.command_start_s == 0.5 and math.isnan(t.command_end_s)
     assert t.warmup_epochs == 2 and t.warmup_s is None
+
+
+def test_a_figure_that_cannot_be_computed_never_stops_the_run_completing(store, monkeypatch):
+    """A fault in the closing arithmetic (injected here) leaves a FINISHED run and a note."""
+    import radt.analysis.summary as summary_module
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("injected")
+
+    client, uri = store
+    s = Study(client, uri, "broken")
+    monkeypatch.setattr(summary_module, "_client", broken)
+    run_id = s.lone("lone", script(2.0, 12.0, 250.0, epochs=(4.0, 8.0)), (0.0, 12.5))
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert (
+        "could not be computed (ZeroDivisionError: injected)" in run.data.tags["radt.window_note"]
+    )
+    assert any("radt.summary computes them" in w for w in s.warnings), s.warnings
+    monkeypatch.undo()
+    row = summary("broken", tracking_uri=uri).iloc[0]  # computed again from the samples
+    assert row["examples_per_s"] == pytest.approx(250.0)

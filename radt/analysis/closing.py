@@ -53,6 +53,8 @@ class Closing:
 
     metrics: dict[str, float] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    problem: str | None = None
+    """Why no figures could be computed (the run completes all the same)."""
 
 
 def key_table(samples: pa.Table) -> pa.Table:
@@ -90,10 +92,12 @@ def closing_figures(
     ``samples`` are the run's own (tidy ``timestamp, key, value``), ``tags``
     its tags as they will be (MLflow's and those set at the end), ``status``
     its final status, ``examples_metric`` the last MLflow ``examples`` value.
+    The store is read first (a failure there raises: the step is retried by
+    ``radt sync``); a figure that cannot be computed never stops the run's
+    completion: :attr:`Closing.problem` says why instead.
     """
-    from radt.analysis.figures import NAN, device_series
-    from radt.analysis.summary import Record, _client, _provider, _slowdown
-    from radt.analysis.windows import timeline
+    from radt.analysis.figures import NAN
+    from radt.analysis.summary import Record
 
     record = Record(
         run_id=run_id,
@@ -106,32 +110,46 @@ def closing_figures(
         end_s=ended_s if ended_s else NAN,
         mlflow_examples=NAN if examples_metric is None else float(examples_metric),
     )
-    record.timeline = timeline(samples, record.tags)
-    t = record.timeline
+    if record.level == "provider":
+        kids = _clients_of(client, record)
+        candidates: list = []
+    else:
+        kids, candidates = [], _baselines(client, record)
+    try:
+        return _figures(record, samples, ended_s, kids, candidates)
+    except Exception as exc:  # noqa: BLE001 - the run completes whatever its figures do
+        problem = f"the closing figures could not be computed ({type(exc).__name__}: {exc})"
+        return Closing(tags={"radt.window_note": problem[:MAX_TAG]}, problem=problem)
+
+
+def _figures(record: Record, samples, ended_s, kids, candidates) -> Closing:
+    from radt.analysis.figures import NAN, device_series
+    from radt.analysis.summary import _client, _provider, _slowdown
+    from radt.analysis.windows import timeline
+
+    record.timeline = t = timeline(samples, record.tags)
     if not (math.isfinite(t.command_start_s) and math.isfinite(t.command_end_s)) and ended_s:
         # The whole run, as before windows: not while radT stopped listeners after it.
         samples = samples[_seconds(samples["timestamp"]) <= ended_s]
     record.series = device_series(samples)
     closing = Closing()
     if record.level == "provider":
-        kids = _clients_of(client, record)
         if kids is None:
             closing.tags["radt.window_note"] = (
                 "provider figures: a run's samples were not available when the workload closed; "
                 "radt.summary computes them from the artifacts"
             )
             return closing
+        for kid in kids:
+            _client(kid, record, len(kids))
         _provider(record, kids)
     else:
         _client(record, None, 1)
-        candidates = _baselines(client, record)
         if record.baseline_candidate:
-            candidates.append(record)
+            candidates = [*candidates, record]
         record.figures.update(_slowdown(record, candidates))
     for name in HEADLINE:
-        value = record.figures.get(name, NAN)
-        if name == "window_s":
-            value = record.window.seconds
+        value = record.window.seconds if name == "window_s" else record.figures.get(name, NAN)
         if value is not None and math.isfinite(value):
             closing.metrics[name] = float(value)
     closing.tags["radt.basis"] = record.basis
@@ -176,10 +194,10 @@ def _baselines(client, record: Record) -> list[Record]:
 
 
 def _clients_of(client, record: Record) -> list[Record] | None:
-    """The workload's runs with their windows; None when one's samples cannot be read."""
+    """The workload's runs with their samples; None when one's samples cannot be read."""
     from radt.analysis.figures import device_series
     from radt.analysis.load import KeyFilter, cached_samples, read_samples, search_all
-    from radt.analysis.summary import SUMMARY_KEYS, Record, _client
+    from radt.analysis.summary import SUMMARY_KEYS, Record
     from radt.analysis.windows import timeline
     from radt.record.runfolder import radt_home, runs_root
 
@@ -195,11 +213,12 @@ def _clients_of(client, record: Record) -> list[Record] | None:
             path = Path(local)
         if path is None:
             return None
-        frame = read_samples(path, KeyFilter(SUMMARY_KEYS)).to_pandas()
+        try:
+            frame = read_samples(path, KeyFilter(SUMMARY_KEYS)).to_pandas()
+        except Exception:  # noqa: BLE001 - a damaged file: radt.summary reports it later
+            return None
         kid = Record.of(run, "client")
         kid.series = device_series(frame)
         kid.timeline = timeline(frame, kid.tags)
         kids.append(kid)
-    for kid in kids:
-        _client(kid, record, len(kids))
     return kids

@@ -33,6 +33,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -297,7 +298,7 @@ class Record:
             run=run,
         )
 
-    @property
+    @cached_property
     def job(self) -> str | None:
         """The run's Job (:func:`job_of`)."""
         return job_of(self.tags, self.params)
@@ -712,7 +713,7 @@ def summary(
     wanted = set(chosen_ids)
     for pid in chosen_ids & parents:
         wanted |= {k.info.run_id for k in children.get(pid, [])}
-    jobs = {(records[i].experiment_id, records[i].job) for i in wanted}
+    jobs = {(records[i].experiment_id, records[i].job) for i in wanted if records[i].job}
     for record in records.values():  # baselines of the chosen runs' jobs, with their workloads
         same_job = (record.experiment_id, record.job) in jobs
         alone = record.tags.get("radt.collocation") in ("none", None)

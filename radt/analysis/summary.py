@@ -435,6 +435,16 @@ def _provider(record: Record, kids: Sequence[Record]) -> None:
         # Clients without counter samples: the workload's whole run, as before windows.
         examples = finite_sum(k.examples_total for k in kids)
         basis = "examples_lifetime" if math.isfinite(examples) else "duration_lifetime"
+        silent = [
+            k.tags.get("radt.letter") or k.run_id
+            for k in kids
+            if not math.isfinite(k.examples_total)
+        ]
+        if silent and basis == "examples_lifetime":
+            record.notes.append(
+                f"run(s) {', '.join(silent)} report no examples: per-example figures missing"
+            )
+            examples = NAN
         record.window = Window(record.start_s, record.end_s, examples, basis, "lifetime")
         record.examples_total = examples
         figures, used = run_figures_from(record.series)

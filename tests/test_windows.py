@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -657,3 +661,91 @@ def test_a_figure_that_cannot_be_computed_never_stops_the_run_completing(store, 
     monkeypatch.undo()
     row = summary("broken", tracking_uri=uri).iloc[0]  # computed again from the samples
     assert row["examples_per_s"] == pytest.approx(250.0)
+
+
+# --------------------------------------------------------------------------- end to end
+
+EPOCH_LINE = re.compile(r"epoch (\d+): loss [\d.]+, (\d+) examples/s")
+REPO_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def printed_rates(text: str) -> dict[int, float]:
+    """``{epoch: examples/s}`` as examples/train.py prints them."""
+    return {int(e): float(r) for e, r in EPOCH_LINE.findall(text)}
+
+
+def output_log(client, run_id: str, folder: Path) -> str:
+    local = client.download_artifacts(run_id, "radt/output.log", str(folder / run_id))
+    return Path(local).read_text()
+
+
+def test_a_demo_run_reports_the_rate_the_script_prints_after_its_first_epoch(workspace):
+    """`make demo` with three epochs: radT's examples/s is the scripts' own after warm-up.
+
+    The window runs from the end of epoch 0 to the last example, so its rate is the
+    epochs 1 and 2 together: 2n / (n/r₁ + n/r₂) for n examples per epoch at the printed
+    rates r₁, r₂. The script times each epoch from just before it to its last batch, the
+    window also holds the moments between epochs (a print, a metric): within 10 %, on a
+    loaded machine too, since both see the same load.
+    """
+    pytest.importorskip("torch")
+    n = 1024
+    argv = ["-e", "demo", "-l", "top", str(REPO_EXAMPLES / "train.py"), "--epochs", "3"]
+    done = workspace.run([*argv, "--examples", str(n), "--threads", "1"], timeout=600)
+    assert done.returncode == 0, done.stderr
+    rates = printed_rates(done.stdout)
+    assert sorted(rates) == [0, 1, 2], done.stdout
+    expected = 2 * n / (n / rates[1] + n / rates[2])
+    runs = subprocess.run(
+        [sys.executable, "-m", "radt", "runs", "-e", "demo"],
+        cwd=workspace.root,
+        env=workspace.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert runs.returncode == 0, runs.stderr
+    header, line = runs.stdout.splitlines()[:2]
+    cells = dict(zip(header.split(), line.split(), strict=False))
+    assert float(cells["examples/s"].replace(",", "")) == pytest.approx(expected, rel=0.10)
+    row = summary("demo", tracking_uri=workspace.uri).iloc[0]
+    assert (row["basis"], row["warmup"], row["examples"]) == ("examples", "first_epoch", 2 * n)
+    assert row["examples_per_s"] == pytest.approx(expected, rel=0.10)
+    # the whole run (Python and torch start-up included) is what radT used to divide by
+    assert row["examples_total"] / row["duration_s"] < row["examples_per_s"]
+
+
+def test_the_collocation_example_gives_every_client_a_slowdown_from_the_scripts_own_rates(
+    workspace, tmp_path
+):
+    """`radt examples/collocation.csv`: the job alone, then two copies of it (one with --seed 1).
+
+    Each client's slowdown agrees within 10 % with its script's printed rate against the
+    baseline's (one epoch each: the windows run from the first example to the last; the
+    script's epoch also holds the first batch, for the baseline and the clients alike).
+    """
+    pytest.importorskip("torch")
+    folder = workspace.root / "examples"
+    folder.mkdir()
+    shutil.copy(REPO_EXAMPLES / "train.py", folder / "train.py")
+    shutil.copy(REPO_EXAMPLES / "collocation.csv", folder / "collocation.csv")
+    done = workspace.run(["examples/collocation.csv"], timeout=600)
+    assert done.returncode == 0, done.stderr
+    client = workspace.client()
+    frame = summary("collocation-demo", tracking_uri=workspace.uri)
+    clients = frame[frame["level"] == "client"].set_index("run_name")
+    assert sorted(clients.index) == ["alone-A", "pair-A", "pair-B"]
+    rates = {
+        name: printed_rates(output_log(client, row["run_id"], tmp_path))[0]
+        for name, row in clients.iterrows()
+    }
+    for name in ("pair-A", "pair-B"):
+        row = clients.loc[name]
+        assert row["job"] == "cnn-2048" and row["configuration"] == "naive x2"
+        assert row["baseline_run_id"] == clients.loc["alone-A", "run_id"]
+        assert row["slowdown"] == pytest.approx(rates["alone-A"] / rates[name], rel=0.10), name
+    pair = frame[frame["run_name"] == "pair"].iloc[0]
+    assert pair["basis"] == "examples" and pair["window_s"] > 0
+    a, b = clients.loc["pair-A"], clients.loc["pair-B"]
+    assert pair["window_start"] == max(a["window_start"], b["window_start"])
+    assert pair["window_end"] == min(a["window_end"], b["window_end"])

@@ -169,9 +169,9 @@ def test_provider_window_missing_when_the_clients_do_not_overlap_long_enough():
     quiet = Timeline(command_start_s=0.0, command_end_s=30.0)
     mixed = provider_window([("A", client_window(a), a), ("Q", client_window(quiet), quiet)])
     assert (mixed.start_s, mixed.end_s, mixed.basis) == (4.0, 10.0, "duration")
-    assert math.isnan(mixed.examples) and "run(s) Q report no examples" in mixed.note
+    assert math.isnan(mixed.examples) and "run Q reports no examples" in mixed.note
     broken = provider_window([("A", client_window(a), a), ("X", Window(), Timeline())])
-    assert not broken.valid and "no window for run(s) X" in broken.note
+    assert not broken.valid and "no window for run X" in broken.note
 
 
 # --------------------------------------------------------------------------- pure: energy

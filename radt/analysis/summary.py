@@ -428,7 +428,13 @@ def _per_example(record: Record) -> None:
 
 def _provider(record: Record, kids: Sequence[Record]) -> None:
     """A workload's provider window over its clients and its figures over it."""
-    from radt.analysis.windows import Window, device_interval_s, provider_window, window_figures
+    from radt.analysis.windows import (
+        Window,
+        device_interval_s,
+        no_examples_note,
+        provider_window,
+        window_figures,
+    )
 
     legacy = [k for k in kids if k.basis in ("examples_lifetime", "duration_lifetime")]
     if legacy or not kids:
@@ -441,9 +447,7 @@ def _provider(record: Record, kids: Sequence[Record]) -> None:
             if not math.isfinite(k.examples_total)
         ]
         if silent and basis == "examples_lifetime":
-            record.notes.append(
-                f"run(s) {', '.join(silent)} report no examples: per-example figures missing"
-            )
+            record.notes.append(no_examples_note(silent))
             examples = NAN
         record.window = Window(record.start_s, record.end_s, examples, basis, "lifetime")
         record.examples_total = examples

@@ -302,6 +302,17 @@ def _examples_window(t: Timeline) -> Window:
 # --------------------------------------------------------------------------- provider window
 
 
+def runs_named(names: Sequence[str]) -> str:
+    """``run A`` or ``runs A, B``: the runs a note is about."""
+    return ("run " if len(names) == 1 else "runs ") + ", ".join(names)
+
+
+def no_examples_note(names: Sequence[str]) -> str:
+    """``run B reports no examples: …`` (``runs B, C report …``)."""
+    verb = "reports" if len(names) == 1 else "report"
+    return f"{runs_named(names)} {verb} no examples: per-example figures missing"
+
+
 def min_overlap_s(device_interval_s: float = NAN) -> float:
     """The shortest provider window: 3 device sampling intervals, at least 1 s."""
     if not math.isfinite(device_interval_s):
@@ -328,7 +339,7 @@ def provider_window(
         return Window(
             basis=basis,
             warmup="overlap",
-            note=f"no window for run(s) {', '.join(missing)}: no provider window",
+            note=f"no window for {runs_named(missing)}: no provider window",
         )
     start = max(w.start_s for _, w, _ in clients)
     end = min(w.end_s for _, w, _ in clients)
@@ -347,7 +358,7 @@ def provider_window(
         )
     if basis != "examples":
         silent = [letter for (letter, _, _), c in zip(clients, counted, strict=True) if not c]
-        note = f"run(s) {', '.join(silent)} report no examples: per-example figures missing"
+        note = no_examples_note(silent)
         return Window(start, end, basis="duration", warmup="overlap", note=note)
     examples = 0.0
     for _, _, t in clients:

@@ -206,7 +206,7 @@ def test_processes_of_a_run_sum_and_a_fork_does_not_count_twice(workspace, tmp_p
     workspace.script("family.py", FAMILY)
     done = workspace.run(["-l", "none", "family.py"])
     assert done.returncode == 0, done.stderr
-    assert "ignored 1 malformed run-API record(s)" in done.stderr
+    assert "ignored 1 malformed run-API record" in done.stderr
     run = workspace.only_run()
     assert run.data.metrics["examples"] == 257
     table = samples(workspace, run.info.run_id, tmp_path)

@@ -646,7 +646,8 @@ def test_two_syncs_at_once_finish_each_run_once(workspace: Workspace):
         assert said.count(f"run {run_id} synced (FAILED)") == 1, said
         run = client.get_run(run_id)
         assert run.info.status == "FAILED"
-        assert [a.path for a in client.list_artifacts(run_id, "radt")] == ["radt/samples.parquet"]
+        artifacts = [a.path for a in client.list_artifacts(run_id, "radt")]
+        assert artifacts == ["radt/samples.parquet", "radt/summary.csv"], artifacts
         assert not folder.path.exists()
 
 

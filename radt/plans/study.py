@@ -181,6 +181,9 @@ def read_study(path: Path, *, cwd: Path | None = None) -> Study:
         mark = getattr(err, "problem_mark", None)
         where = f"{path} line {mark.line + 1}" if mark is not None else str(path)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if context and start is not None:
+            problem += f" ({context} on line {start.line + 1})"
         raise StudyError(path, [f"{where}: not valid YAML: {problem}"]) from None
     if not isinstance(data, dict):
         raise StudyError(

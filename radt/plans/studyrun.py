@@ -12,7 +12,9 @@ into the study file's ``status:``.
 
 from __future__ import annotations
 
+import os
 import shlex
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -386,9 +388,10 @@ def report(
     if study.batch is not None:
         keys = list(dict.fromkeys(s.key for s in batch.slots(workloads)))
         out.append(
-            f"batch size: the largest {study.batch.flag} in {study.batch.spec.split(' ', 1)[1]} "
-            f"that fits, searched when the study runs for each of {n(len(keys), 'slot')} "
-            f"({', '.join(keys)}), at most {batch.most_probes(study.batch)} probes each"
+            f"batch size: the largest {study.batch.flag} that fits "
+            f"({study.batch.spec.split(' ', 1)[1]}), searched when the study runs for each of "
+            f"{n(len(keys), 'slot')} ({', '.join(keys)}), at most "
+            f"{batch.most_probes(study.batch)} probes each"
         )
     if checked.gpu:
         out.append(f"checked against: {checked.gpu}")
@@ -457,7 +460,11 @@ def run_study(options: StudyOptions) -> int:
             study.path, [f"{plan_path} (written from it): {p.message}" for p in exc.problems]
         ) from None
     if options.dry_run:
-        print(report(study, workloads, progress, plan_path, checked, options.plan.modes))
+        text = report(study, workloads, progress, plan_path, checked, options.plan.modes)
+        try:
+            print(text, flush=True)
+        except BrokenPipeError:  # `radt study.yaml --dry-run | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return _Run(study, workloads, plan_path, options, found, progress).run(plan)
 

@@ -539,3 +539,25 @@ def test_study_cli_subprocess_smoke_of_bad_plan_path(tmp_path, template_db):
     assert done.stderr.strip() == (
         "radt: error: --plan plan.txt: the plan is a CSV file (e.g. study.plan.csv)"
     )
+
+
+def test_radt_max_steps_ends_the_script_cleanly_after_that_many_log_examples_calls(workspace):
+    workspace.script(
+        "steps.py",
+        "import radt\n"
+        "for step in range(1000):\n"
+        "    print('step', step, flush=True)\n"
+        "    radt.log_examples(4)\n",
+    )
+    env = {**workspace.env, "RADT_MAX_STEPS": "3"}
+    done = workspace.run(["-l", "none", "steps.py"], env=env)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("step")] == [
+        "step 0",
+        "step 1",
+        "step 2",
+    ]
+    assert "RADT_MAX_STEPS=3 steps done" in done.stderr
+    run = workspace.only_run()
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["examples"] == 12

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from radt.plans.writeback import _atomic_write, _locked
+from radt.plans.writeback import _atomic_write, _locked, lock_path
 
 _TOP_KEY = re.compile(r"^(?P<key>[^\s#'\"-][^:#]*?)\s*:(\s|$)")
 PROGRESS_KEYS = ("parent", "status")
@@ -58,7 +58,7 @@ def write_progress(
     import yaml
 
     path = Path(path)
-    with _locked(path.with_name(path.name + ".lock")):
+    with _locked(lock_path(path)):
         text = path.read_text(encoding="utf-8")
         data = yaml.safe_load(text) or {}
         wanted = {k: v for k, v in data.items() if k not in PROGRESS_KEYS}

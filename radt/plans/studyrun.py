@@ -39,7 +39,7 @@ from radt.plans.study import (
     read_study,
 )
 from radt.plans.studyfile import write_progress
-from radt.plans.writeback import _atomic_write, _locked, _quote
+from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path
 from radt.tracking import experiment_id
 
 PLAN_COLUMNS = (
@@ -53,6 +53,7 @@ PLAN_COLUMNS = (
     "Listeners",
     "Params",
     "PowerLimit",
+    "Job",
 )
 
 
@@ -289,6 +290,7 @@ def plan_rows(
                     "PowerLimit": "-"
                     if workload.power_limit_w is None
                     else f"{workload.power_limit_w:g}",
+                    "Job": workload.job,
                 }
             )
     return rows
@@ -346,7 +348,7 @@ def old_runs(plan_path: Path) -> dict[tuple[str, int], tuple[str, str]]:
 
 def write_plan(path: Path, text: str) -> None:
     """Write the plan file atomically, under the plan lock."""
-    with _locked(path.with_name(path.name + ".lock")):
+    with _locked(lock_path(path)):
         _atomic_write(path, text.encode("utf-8"))
 
 

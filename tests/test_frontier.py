@@ -158,3 +158,20 @@ def test_ties_are_both_on_the_frontier_and_empty_frames_give_empty_tables():
     assert list(result["on_frontier"]) == [True, True]
     assert list(result["energy_bloat_pct"]) == [0, 0]
     assert table([]).empty and list(table([]).columns) == list(COLUMNS)
+
+
+def test_frontier_figure_draws_the_line_fades_dominated_points_and_labels_the_optima():
+    from radt.frontend.figures import frontier_figure
+
+    result = table([r for r in ROWS if r["job"] == "A"])
+    figure = frontier_figure(result)
+    (line,) = [t for t in figure.data if t.mode == "lines"]
+    assert list(line.x) == pytest.approx([70e-9, 75e-9, 90e-9, 130e-9])  # the Pareto points
+    faded = [t for t in figure.data if t.mode == "markers" and t.opacity == 0.3]
+    assert sum(len(t.x) for t in faded) == 3 + 1  # P1, P2, P7 and the duration-basis point
+    labels = sorted(a.text for a in figure.layout.annotations)
+    assert labels == ["energy-optimal: none · 150 W", "time-optimal: mps x2 · default cap"]
+    normalised = frontier_figure(result, normalised=True)
+    assert [len(t.x) for t in normalised.data if t.mode == "markers"] == [1]  # only P1 has norms
+    empty = frontier_figure(result.iloc[0:0])
+    assert "No finished workload" in empty.layout.annotations[0].text

@@ -27,7 +27,13 @@ from radt.launch.session import say
 from radt.plans import batch
 from radt.plans.model import FAILED, FINISHED, PlanError, Workload, clean
 from radt.plans.read import read_plan
-from radt.plans.runner import PlanOptions, WorkloadRunner, check_plan, run_workloads
+from radt.plans.runner import (
+    PlanOptions,
+    WorkloadRunner,
+    _selected,
+    check_plan,
+    run_workloads,
+)
 from radt.plans.scanner import physical_lines, read_text, scan
 from radt.plans.study import (
     Progress,
@@ -71,11 +77,6 @@ class StudyOptions:
 def default_plan_path(study_path: Path) -> Path:
     """``study.plan.csv`` beside ``study.yaml``."""
     return study_path.with_name(study_path.stem + ".plan.csv")
-
-
-def selected(workloads: list[StudyWorkload], modes: set[str] | None) -> list[StudyWorkload]:
-    """The workloads ``--modes`` lets run."""
-    return [w for w in workloads if modes is None or w.configuration.mode in modes]
 
 
 # --------------------------------------------------------------------------- checks
@@ -486,8 +487,7 @@ class _Run:
         self.interrupted = False
 
     def pending(self, plan) -> list[Workload]:
-        chosen = {w.name for w in selected(self.workloads, self.options.modes)}
-        return [w for w in plan.pending(self.options.rerun) if w.name in chosen]
+        return _selected(plan, self.options)
 
     def run(self, plan) -> int:
         pending = self.pending(plan)
@@ -495,7 +495,7 @@ class _Run:
             say(
                 f"nothing to run in {self.study.path}: every workload is finished"
                 + (" or not among --modes" if self.options.modes else "")
-                + " (--rerun runs FAILED ones again)"
+                + " (--rerun runs FAILED ones again, --rerun-all every one)"
             )
             return 0
         problems = check_plan(plan, pending, self.options, self.found)
@@ -583,8 +583,9 @@ class _Run:
         self.status[number] = new.text
         try:
             write_progress(self.study.path, self.run_id, self.status, say)
-        except OSError as exc:
-            say(f"could not write the progress into {self.study.path}: {exc.strerror or exc}")
+        except Exception as exc:  # a study file made unreadable meanwhile: the plan still has it
+            text = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+            say(f"could not write the progress into {self.study.path}: {text}")
 
     def _outcome(self) -> str:
         statuses = [_status(w, self.progress) for w in self.workloads]

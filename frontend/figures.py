@@ -401,6 +401,9 @@ def frontier_figure(table: pd.DataFrame, normalised: bool = False) -> go.Figure:
         _y=_finite(table[y_name]).to_numpy() * scale if len(table) else [],
     )
     points = points[np.isfinite(points["_x"]) & np.isfinite(points["_y"])]
+    bases = [b for b in ("examples", "examples_lifetime") if (points["basis"] == b).any()]
+    if bases:  # figures on different bases are never drawn together
+        points = points[points["basis"] == bases[0]]
     if points.empty:
         empty = table[table["on_frontier"].notna()] if len(table) else table
         return empty_figure(NO_NORMALISED if normalised and len(empty) else NO_FRONTIER, title)

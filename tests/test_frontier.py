@@ -168,7 +168,7 @@ def test_frontier_figure_draws_the_line_fades_dominated_points_and_labels_the_op
     (line,) = [t for t in figure.data if t.mode == "lines"]
     assert list(line.x) == pytest.approx([70e-9, 75e-9, 90e-9, 130e-9])  # the Pareto points
     faded = [t for t in figure.data if t.mode == "markers" and t.opacity == 0.3]
-    assert sum(len(t.x) for t in faded) == 3 + 1  # P1, P2, P7 and the duration-basis point
+    assert sum(len(t.x) for t in faded) == 3  # P1, P2, P7 (not the duration-basis point)
     labels = sorted(a.text for a in figure.layout.annotations)
     assert labels == ["energy-optimal: none · 150 W", "time-optimal: mps x2 · default cap"]
     normalised = frontier_figure(result, normalised=True)

@@ -11,6 +11,8 @@ slices has the same geometry: 1g at 1 of 8 memory slices (7 at most), its ``+me`
 (1), the 1g with twice the memory (4), 2g (3), 3g (2), 4g (1) and 7g (1); the A30 has four
 compute and four memory slices. Memory sizes are the nominal ones in the profile names, which is
 all the placement check needs (their ratios give the memory slices, as in ``mig.layout_of``).
+The profile ids only key the placement table (they are nvidia-smi's where known; a GPU in MIG
+mode is read from ``-lgip`` instead, with its own).
 """
 
 from __future__ import annotations

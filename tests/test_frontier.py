@@ -175,3 +175,102 @@ def test_frontier_figure_draws_the_line_fades_dominated_points_and_labels_the_op
     assert [len(t.x) for t in normalised.data if t.mode == "markers"] == [1]  # only P1 has norms
     empty = frontier_figure(result.iloc[0:0])
     assert "No finished workload" in empty.layout.annotations[0].text
+
+
+# --------------------------------------------------------------------------- end to end
+
+STUDY = """\
+name: frontier-demo
+experiment: frontier
+file: job.py
+listeners: nvml+top
+collocation: [none, naive x2]
+repeats: 2
+"""
+JOB = """\
+import time
+
+import radt
+
+start = time.time()
+next_epoch, epoch = start + 1.0, 0
+while time.time() < start + 3.5:
+    sum(i * i for i in range(3000))
+    radt.log_examples(8)
+    if time.time() >= next_epoch:
+        radt.log_epoch(epoch)
+        epoch, next_epoch = epoch + 1, next_epoch + 1.0
+"""
+
+
+def test_a_study_gives_its_frontier_in_export_and_on_the_compare_page(tmp_path, template_db):
+    """A CPU study with GPU energy from the fake pynvml: radt.frontier, `radt export --frontier`
+    and the Compare page's frontier chart all show the same points."""
+    import os
+    import sys
+
+    from conftest import FAKES, new_workspace, wait_for
+
+    from radt.analysis.frontier import frontier
+
+    ws = new_workspace(tmp_path, template_db)
+    ws.script("job.py", JOB)
+    (ws.root / "study.yaml").write_text(STUDY)
+    ws.env["PYTHONPATH"] = os.pathsep.join([str(FAKES / "pynvml"), ws.env["PYTHONPATH"]])
+    done = ws.run(["study.yaml", "--interval", "0.1"], timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = frontier("frontier", tracking_uri=ws.uri)
+    assert sorted(result["configuration"]) == ["naive x2", "none"]
+    assert list(result["count"]) == [2, 2] and set(result["power_limit_w"]) == {"default"}
+    assert result["time_per_example_ns"].notna().all()
+    assert result["energy_per_example_nj"].notna().all()
+    assert result["on_frontier"].any() and result["energy_optimal"].sum() == 1
+    assert (result["energy_bloat_pct"] >= 0).all()
+    study_runs = [r.info.run_id for r in ws.runs("frontier") if "radt.study_file" in r.data.tags]
+    assert not set(study_runs) & {i for ids in result["run_ids"] for i in ids.split()}
+    exported = ws.run(["export", "-e", "frontier", "--frontier", "-o", "frontier.csv"])
+    assert exported.returncode == 0, exported.stderr
+    assert "wrote 2 frontier points" in exported.stderr
+    table = pd.read_csv(ws.root / "frontier.csv")
+    assert list(table.columns) == list(COLUMNS)
+    assert list(table["on_frontier"]) == list(result["on_frontier"])
+
+    chromium = pytest.importorskip("chromium")
+    if not chromium.CHROMIUM.exists():
+        pytest.skip(f"{chromium.CHROMIUM} is missing: {chromium.INSTALL}")
+    playwright = pytest.importorskip("playwright.sync_api")
+    from servers import HttpServer, free_port
+
+    port = free_port()
+    server = HttpServer(
+        [sys.executable, "-m", "radt", "ui", "--port", str(port)],
+        folder=ws.root,
+        log_path=ws.root / "ui.log",
+        port=port,
+        env=ws.env,
+    )
+    with server, playwright.sync_playwright() as play:
+        browser = chromium.launch(play)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(60_000)
+            page.goto(f"{server.url}/compare")
+            page.wait_for_selector("#cmp-frontier .js-plotly-plot .main-svg")
+
+            def names():
+                return page.evaluate(
+                    "(() => { const gd = document.querySelector('#cmp-frontier .js-plotly-plot');"
+                    " return gd && gd.data ? gd.data.map(t => t.name) : []; })()"
+                )
+
+            traces = wait_for(lambda: names() if "frontier" in names() else None, timeout=60)
+            assert any(name.startswith(("none", "naive")) for name in traces)
+            labels = page.evaluate(
+                "(() => document.querySelector('#cmp-frontier .js-plotly-plot')"
+                ".layout.annotations.map(a => a.text))()"
+            )
+            assert any(text.startswith("energy-optimal: ") for text in labels)
+            page.click("text=over the whole GPU at full power")
+            wait_for(lambda: "normalised" in page.inner_text("#cmp-frontier"), timeout=60)
+        finally:
+            browser.close()

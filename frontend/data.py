@@ -87,7 +87,12 @@ def run_info(run) -> RunInfo:
     """A :class:`RunInfo` of an MLflow run."""
     tags = run.data.tags
     parent = tags.get("mlflow.parentRunId") or None
-    level = "client" if parent else ("provider" if "radt.workload_runs" in tags else "run")
+    if "radt.letter" in tags:  # a run of a workload
+        level = "client"
+    elif "radt.workload_runs" in tags:  # a workload (a study's nests under the study run)
+        level = "provider"
+    else:
+        level = "client" if parent else "run"
     return RunInfo(
         run_id=run.info.run_id,
         name=run.info.run_name or run.info.run_id[:8],

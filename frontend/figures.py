@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from radt.frontend.style import MODES, empty_figure, mode_colour
+from radt.frontend.style import MODES, PALETTE, empty_figure, mode_colour
 
 PROVIDERS = ("provider", "run")
 CLIENTS = ("client", "run")
@@ -363,3 +363,113 @@ def _finish(fig: go.Figure, title: str) -> go.Figure:
         legend={"orientation": "h", "y": -0.18},
     )
     return fig
+
+
+NO_FRONTIER = (
+    "No finished workload has both time and energy per example:<br>"
+    "the frontier needs radt.log_examples(n) in the script and a GPU listener (nvml, dcgm, smi)."
+)
+NO_NORMALISED = (
+    "No normalised figures: they divide by the Job's <i>none</i> run on the whole GPU at the<br>"
+    "default power limit; run the job alone at full power (collocation none, no power_limit)."
+)
+
+
+def configuration_mode(configuration) -> str:
+    """The collocation mode of a configuration label: ``4g.40gb+3g.40gb`` → ``mig``."""
+    text = str(configuration or "none")
+    if text.startswith(("naive", "mps")):
+        return text.split(":")[0].split()[0]
+    return "mig" if text[:1].isdigit() else "none"
+
+
+def frontier_figure(table: pd.DataFrame, normalised: bool = False) -> go.Figure:
+    """Each Job's time–energy frontier from a :func:`radt.frontier` table.
+
+    Every point is a configuration × power limit (mean of its repeats), coloured by
+    collocation mode, its symbol the power limit; a line per Job runs through its Pareto
+    points, dominated points are faded, and the energy-optimal and time-optimal points are
+    labelled. ``normalised``: both axes divided by the Job's ``none`` run on the whole GPU at
+    the default power limit (the dotted lines at 1).
+    """
+    title = "Frontier: what is worth running" + (" (normalised)" if normalised else "")
+    x_name = "time_per_example_norm" if normalised else "time_per_example_ns"
+    y_name = "energy_per_example_norm" if normalised else "energy_per_example_nj"
+    scale = 1.0 if normalised else 1e-9
+    points = table.assign(
+        _x=_finite(table[x_name]).to_numpy() * scale if len(table) else [],
+        _y=_finite(table[y_name]).to_numpy() * scale if len(table) else [],
+    )
+    points = points[np.isfinite(points["_x"]) & np.isfinite(points["_y"])]
+    bases = [b for b in ("examples", "examples_lifetime") if (points["basis"] == b).any()]
+    if bases:  # figures on different bases are never drawn together
+        points = points[points["basis"] == bases[0]]
+    if points.empty:
+        empty = table[table["on_frontier"].notna()] if len(table) else table
+        return empty_figure(NO_NORMALISED if normalised and len(empty) else NO_FRONTIER, title)
+    points = points.assign(
+        _mode=points["configuration"].map(configuration_mode),
+        _cap=points["power_limit_w"].map(lambda v: power_label(None if v == "default" else v)),
+    )
+    symbols = {cap: SYMBOLS[i % len(SYMBOLS)] for i, cap in enumerate(sorted(set(points["_cap"])))}
+    jobs = list(dict.fromkeys(points["job"]))
+    fig = go.Figure()
+    for k, job in enumerate(jobs):
+        mine = points[points["job"] == job]
+        front = mine[mine["on_frontier"] == True].sort_values("_x")  # noqa: E712 - object column
+        fig.add_trace(
+            go.Scatter(
+                x=front["_x"],
+                y=front["_y"],
+                mode="lines",
+                line={"color": PALETTE[k % len(PALETTE)], "width": 2},
+                name=f"frontier: {job}" if len(jobs) > 1 else "frontier",
+                hoverinfo="skip",
+            )
+        )
+        for on in (True, False):
+            part = mine[(mine["on_frontier"] == True) == on]  # noqa: E712
+            for (mode, cap), group in part.groupby(["_mode", "_cap"], sort=False):
+                fig.add_trace(
+                    go.Scatter(
+                        x=group["_x"],
+                        y=group["_y"],
+                        mode="markers",
+                        name=f"{mode} · {cap}" + ("" if on else " (dominated)"),
+                        legendgroup=f"{mode} · {cap}",
+                        opacity=1.0 if on else 0.3,
+                        marker={"size": 12, "color": mode_colour(mode), "symbol": symbols[cap]},
+                        customdata=group[
+                            ["job", "configuration", "_cap", "count", "energy_bloat_pct"]
+                        ].to_numpy(),
+                        hovertemplate="%{customdata[0]}<br>%{customdata[1]} · %{customdata[2]}"
+                        "<br>x %{x:.3s}, y %{y:.3s} (mean of %{customdata[3]})"
+                        "<br>energy bloat %{customdata[4]:.1f}%<extra></extra>",
+                    )
+                )
+        for flag, text in (("energy_optimal", "energy-optimal"), ("time_optimal", "time-optimal")):
+            best = mine[mine[flag] == True]  # noqa: E712
+            for _, p in best.iterrows():
+                fig.add_annotation(
+                    x=p["_x"],
+                    y=p["_y"],
+                    text=f"{text}: {p['configuration']} · {p['_cap']}",
+                    showarrow=True,
+                    arrowhead=2,
+                    ax=40 if flag == "energy_optimal" else -40,
+                    ay=30 if flag == "energy_optimal" else -30,
+                    font={"color": PALETTE[k % len(PALETTE)]},
+                )
+    if normalised:
+        fig.add_hline(y=1, line={"dash": "dot", "color": "#999"})
+        fig.add_vline(x=1, line={"dash": "dot", "color": "#999"})
+        fig.update_xaxes(title_text="time per example / whole GPU at full power")
+        fig.update_yaxes(title_text="energy per example / whole GPU at full power")
+    else:
+        fig.update_xaxes(
+            title_text="provider time per example", ticksuffix="s", exponentformat="SI"
+        )
+        fig.update_yaxes(
+            title_text="provider energy per example", ticksuffix="J", exponentformat="SI"
+        )
+    return _finish(fig, title)

@@ -1,6 +1,7 @@
 """radT: experiment tracking for deep-learning training on shared GPUs, on MLflow."""
 
 from radt.analysis.figures import summarize_samples
+from radt.analysis.frontier import frontier
 from radt.analysis.load import load, load_wide
 from radt.analysis.summary import repeats, summary
 from radt.listener import Listener, PolledListener, RunContext, Sample
@@ -15,6 +16,7 @@ __all__ = [
     "RunContext",
     "Sample",
     "__version__",
+    "frontier",
     "load",
     "load_wide",
     "log_epoch",

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 SUBCOMMANDS = ("sync", "listeners", "export", "runs", "ui")
 MIN_WINDOW_S = 0.001
+PLAN_SUFFIXES = (".csv", ".yaml", ".yml")
 
 
 def launcher_parser() -> argparse.ArgumentParser:
@@ -22,6 +23,7 @@ def launcher_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radt",
         usage="radt [options] COMMAND [ARGS...] | radt [options] PLAN.csv "
+        "| radt [options] STUDY.yaml [--dry-run] "
         "| radt sync [FOLDER] | radt listeners | radt export -e EXPERIMENT ... "
         "| radt runs [-e EXPERIMENT] | radt ui [--port 8050]",
         description="Run a training command as an MLflow run, with hardware listeners. "
@@ -127,6 +129,16 @@ def launcher_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="WATTS",
         help="plans: cap the power of the workloads' GPUs (restored afterwards)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="studies: check the study, print its workloads and write its plan; run nothing",
+    )
+    parser.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="studies: the plan CSV the study is recorded in (default: STUDY.plan.csv beside it)",
     )
     parser.add_argument("--version", action="store_true", help="print radT's version")
     return parser
@@ -262,6 +274,9 @@ def run_launcher(argv: list[str]) -> int:
     """``radt [options] COMMAND...``."""
     parser = launcher_parser()
     own, command = split_argv(argv, parser)
+    if command and command[0].lower().endswith(PLAN_SUFFIXES):
+        # a plan or study takes radT's options after it too: radt study.yaml --dry-run
+        own, command = own + command[1:], command[:1]
     args = parser.parse_args(_join_flag_values(own, ("--job-ignore",)))
     if args.version:
         from radt import __version__
@@ -276,33 +291,51 @@ def run_launcher(argv: list[str]) -> int:
     inputs = job_inputs(args)
     from radt.launch.launcher import LaunchOptions, launch
 
-    if command[0].endswith(".csv") and len(command) == 1:
+    study = command[0].lower().endswith((".yaml", ".yml")) and len(command) == 1
+    if not study and (args.dry_run or args.plan):
+        raise UsageError("--dry-run and --plan are for studies: radt STUDY.yaml --dry-run")
+    if (command[0].endswith(".csv") and len(command) == 1) or study:
         if inputs.job is not None:
-            raise UsageError("--job names a single command's Job; in a plan, use the Job column")
+            raise UsageError(
+                "--job names a single command's Job; in a plan, use the Job column"
+                + ("; in a study, job:" if study else "")
+            )
         from pathlib import Path
 
         from radt.plans.runner import PlanOptions, run_plan
         from radt.plans.workdir import check_mode
 
-        return run_plan(
-            PlanOptions(
-                path=Path(command[0]),
-                rerun=args.rerun,
-                rerun_all=args.rerun_all,
-                listeners=args.listeners,
-                listener_options=parse_listener_options(args.listener_option),
-                interval_s=args.interval,
-                max_time_min=args.max_time,
-                grace_s=args.grace,
-                window_s=args.window,
-                tracking_uri=args.tracking_uri,
-                power_limit_w=args.power_limit,
-                max_epochs=args.max_epochs,
-                modes=modes,
-                job=inputs,
-                workdir=check_mode(args.workdir),
-            )
+        if study and args.power_limit is not None:
+            raise UsageError("a study sets its power limits with power_limit: in its file")
+        options = PlanOptions(
+            path=Path(command[0]),
+            rerun=args.rerun,
+            rerun_all=args.rerun_all,
+            listeners=args.listeners,
+            listener_options=parse_listener_options(args.listener_option),
+            interval_s=args.interval,
+            max_time_min=args.max_time,
+            grace_s=args.grace,
+            window_s=args.window,
+            tracking_uri=args.tracking_uri,
+            power_limit_w=args.power_limit,
+            max_epochs=args.max_epochs,
+            modes=modes,
+            job=inputs,
+            workdir=check_mode(args.workdir),
         )
+        if study:
+            from radt.plans.studyrun import StudyOptions, run_study
+
+            return run_study(
+                StudyOptions(
+                    Path(command[0]),
+                    options,
+                    plan_path=Path(args.plan) if args.plan else None,
+                    dry_run=args.dry_run,
+                )
+            )
+        return run_plan(options)
     options = LaunchOptions(
         command=command,
         experiment=args.experiment,

@@ -58,6 +58,8 @@ class _Channel:
         self.pending: collections.deque[str] = collections.deque(maxlen=MAX_PENDING)
         self.address: str = ""
         self.sock: socket.socket | None = None
+        self.max_steps = 0
+        """``RADT_MAX_STEPS``: end the script after this many log_examples calls (0: never)."""
 
     def start(self) -> bool:
         """Decide once per process whether radT listens; True when it does."""
@@ -66,6 +68,8 @@ class _Channel:
                 return self.on
             self.decided = True
             name = os.environ.get("RADT_EVENTS", "")
+            steps = os.environ.get("RADT_MAX_STEPS", "")
+            self.max_steps = int(steps) if steps.isdigit() else 0
             if name:
                 try:
                     self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -155,7 +159,9 @@ def _at_exit() -> None:
 def log_examples(n: int) -> None:
     """Count ``n`` more examples processed (call after each batch; cheap: no system call).
 
-    The first call, then the running total at most once a second, reach radT.
+    The first call, then the running total at most once a second, reach radT. Under a
+    batch-size probe (``RADT_MAX_STEPS=N``, set by a study) the script ends cleanly (status 0)
+    after the N-th call.
     """
     channel = _channel
     if not channel.on and (channel.decided or not channel.start()):
@@ -167,12 +173,21 @@ def log_examples(n: int) -> None:
         channel.total += int(n)
         channel.calls += 1
         channel.last_t = t
-        if channel.calls > 1 and 0.0 <= t - channel.sent_t < SEND_EVERY_S:
+        done = 0 < channel.max_steps <= channel.calls
+        if not done and channel.calls > 1 and 0.0 <= t - channel.sent_t < SEND_EVERY_S:
             return
         channel.counter(t)
         channel.send()
     finally:
         lock.release()
+    if done:
+        print(
+            f"radt: RADT_MAX_STEPS={channel.max_steps} steps done (a batch-size probe); "
+            "ending the run",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(0)
 
 
 def _marked(kind: str, value: float | int) -> None:

@@ -420,6 +420,31 @@ def test_dcgmi_discovery_follows_nvidia_smi_state(env, tmp_path):
     assert masked(got) == masked(ref)
 
 
+def test_other_gpu_models_generate_lgip_in_the_captured_layout(env):
+    env["FAKE_NVIDIA_SMI_MIG"] = "1"
+    ref = fixture("nvidia_smi_mig_lgip.txt").splitlines()
+    for model, name, profiles, power in (
+        ("h100-80gb", "NVIDIA H100 80GB HBM3", 7, ("700.00", "200.00", "700.00")),
+        ("a100-80gb", "NVIDIA A100-SXM4-80GB", 6, ("400.00", "100.00", "400.00")),
+    ):
+        env["FAKE_NVIDIA_SMI_MODEL"] = model
+        lgip = run(["nvidia-smi", "mig", "-lgip"], env).stdout.splitlines()
+        assert lgip[:5] == ref[:5]
+        assert {len(line) for line in lgip} == {len(ref[0])}
+        rows = [line for line in lgip if " MIG " in line]
+        assert len(rows) == profiles and rows[-1].split()[3] == "7g.80gb"
+        assert run(["nvidia-smi", "-L"], env).stdout.startswith(f"GPU 0: {name} (UUID: ")
+        limits = [
+            line.split(": ")[1].split()[0]
+            for line in run(["nvidia-smi", "-q", "-d", "POWER"], env).stdout.splitlines()
+            if line.strip().startswith(("Default Power", "Min Power", "Max Power"))
+        ][:3]
+        assert tuple(limits) == power
+    env["FAKE_NVIDIA_SMI_MODEL"] = "b200"
+    res = run(["nvidia-smi", "-L"], env)
+    assert res.returncode == 2 and "FAKE_NVIDIA_SMI_MODEL" in res.stderr
+
+
 # --------------------------------------------------------------------------- MPS
 
 

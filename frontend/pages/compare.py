@@ -8,6 +8,7 @@ from radt.frontend.figures import (
     basis_note,
     efficiency_figure,
     focus,
+    frontier_figure,
     normalise,
     slowdown_figure,
     throughput_energy_figure,
@@ -15,9 +16,14 @@ from radt.frontend.figures import (
 )
 from radt.frontend.style import empty_figure
 
+from radt.analysis.frontier import frontier_table
 from radt.words import count
 
-CHARTS = ("cmp-efficiency", "cmp-bars", "cmp-slowdown", "cmp-util")
+CHARTS = ("cmp-efficiency", "cmp-bars", "cmp-slowdown", "cmp-util", "cmp-frontier")
+VIEWS = {
+    "absolute": "time and energy per example",
+    "normalised": "over the whole GPU at full power",
+}
 
 
 def _graph(graph_id: str) -> html.Div:
@@ -30,11 +36,24 @@ def _graph(graph_id: str) -> html.Div:
 
 
 def layout() -> html.Div:
-    """The page: a note on what is compared, then the four charts."""
+    """The page: a note on what is compared, the frontier (with its view), the four charts."""
     return html.Div(
         className="radt-page",
         children=[
             html.Div(id="cmp-note", className="radt-note"),
+            html.Div(
+                className="radt-controls",
+                children=[
+                    html.Span("Frontier:", className="radt-note"),
+                    dcc.RadioItems(
+                        id="cmp-frontier-view",
+                        options=[{"label": text, "value": key} for key, text in VIEWS.items()],
+                        value="absolute",
+                        inline=True,
+                    ),
+                ],
+            ),
+            _graph(CHARTS[4]),
             html.Div(className="radt-grid-2", children=[_graph(CHARTS[0]), _graph(CHARTS[2])]),
             _graph(CHARTS[1]),
             _graph(CHARTS[3]),
@@ -56,15 +75,16 @@ def compare_note(workloads: int, chosen: int) -> str:
 
 
 def register(app: Dash, store: Store) -> None:
-    """The page's callback: one summary, four charts."""
+    """The page's callback: one summary, the frontier and four charts."""
 
     @app.callback(
         Output("cmp-note", "children"),
         *(Output(chart, "figure") for chart in CHARTS),
         Input("selection", "data"),
         Input("experiment", "data"),
+        Input("cmp-frontier-view", "value"),
     )
-    def charts(selection, experiment):
+    def charts(selection, experiment, view):
         selection = selection or {}
         chosen = [r["run_id"] for r in selection.get("runs", [])]
         exp = selection.get("experiment") if chosen else (experiment or {}).get("id")
@@ -88,4 +108,5 @@ def register(app: Dash, store: Store) -> None:
             throughput_energy_figure(shown),
             slowdown_figure(shown),
             utilisation_figure(shown),
+            frontier_figure(frontier_table(shown), normalised=view == "normalised"),
         ]

@@ -70,9 +70,11 @@ def key_table(samples: pa.Table) -> pa.Table:
 
 
 def _level(tags: Mapping[str, str]) -> str:
-    if tags.get("mlflow.parentRunId"):
+    if "radt.letter" in tags:  # a run of a workload
         return "client"
-    return "provider" if "radt.workload_runs" in tags else "run"
+    if "radt.workload_runs" in tags:  # a workload (a study's has the study run as its parent)
+        return "provider"
+    return "client" if tags.get("mlflow.parentRunId") else "run"
 
 
 def closing_figures(

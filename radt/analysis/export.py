@@ -23,11 +23,12 @@ def export_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radt export",
         usage="radt export -e EXPERIMENT [--runs ID ...] [--keys KEY ...] "
-        "[--summary | --repeats | --wide FREQ] --format csv|parquet -o FILE",
+        "[--summary | --repeats | --frontier | --wide FREQ] --format csv|parquet -o FILE",
         description="Write the samples of runs (one row per sample, as radt.load returns "
         "them), their summary (one row per run and per workload, as radt.summary), or "
         "their repeats (one row per job × configuration × power limit, as "
-        "radt.summary(..., by='repeats')) to a CSV or Parquet file.",
+        "radt.summary(..., by='repeats')), or the time–energy frontier of each job (as "
+        "radt.frontier) to a CSV or Parquet file.",
     )
     parser.add_argument("-e", "--experiment", help="experiment name or id")
     parser.add_argument("--runs", nargs="+", metavar="ID", help="run ids (with their workload)")
@@ -50,6 +51,12 @@ def export_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="mean, std, min, max and count of the summary's figures per job × "
         "configuration × power limit, for workloads and for runs",
+    )
+    what.add_argument(
+        "--frontier",
+        action="store_true",
+        help="per job, every configuration × power limit with its time and energy per "
+        "example, on_frontier and energy_bloat_pct (as radt.frontier)",
     )
     what.add_argument(
         "--wide",
@@ -122,7 +129,18 @@ def run_export(argv: list[str]) -> int:
     fmt = _format(args)
     if args.output == "-" and fmt != "csv":
         raise UsageError("only csv can go to stdout (-o -); name a file for parquet")
-    table = "--summary" if args.summary else "--repeats" if args.repeats else None
+    table = next(
+        (
+            flag
+            for flag, on in (
+                ("--summary", args.summary),
+                ("--repeats", args.repeats),
+                ("--frontier", args.frontier),
+            )
+            if on
+        ),
+        None,
+    )
     if table and (args.keys or args.start or args.end):
         raise UsageError(f"{table} takes no --keys, --start or --end (it uses every sample)")
     if args.output != "-":
@@ -138,6 +156,11 @@ def run_export(argv: list[str]) -> int:
     elif args.repeats:
         frame = summary(**selection, by="repeats")
         what = "repeat group"
+    elif args.frontier:
+        from radt.analysis.frontier import frontier
+
+        frame = frontier(**selection)
+        what = "frontier point"
     else:
         bounds = {"keys": args.keys, "start": _time(args.start), "end": _time(args.end)}
         if args.wide:

@@ -191,11 +191,25 @@ def select_runs(
         have = {r.info.run_id for r in chosen}
         for run in list(chosen):
             parent = run.data.tags.get("mlflow.parentRunId")
-            if parent and parent not in have:
+            if parent and parent not in have and not grouping(run):
                 with contextlib.suppress(UsageError):
-                    chosen.append(_get_run(client, parent))
+                    found = _get_run(client, parent)
+                    if not grouping(found):  # a study's run is not a workload
+                        chosen.append(found)
                     have.add(parent)
     return sorted(chosen, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+
+
+def grouping(run) -> bool:
+    """Whether ``run`` only groups others: a study's run (tag ``radt.study_file``) or a
+    batch-size search's (``radt.probe=search``); it has no samples or figures of its own."""
+    tags = run.data.tags
+    return "radt.study_file" in tags or tags.get("radt.probe") == "search"
+
+
+def probe(run) -> bool:
+    """Whether ``run`` belongs to a batch-size search (tag ``radt.probe``): not a measurement."""
+    return "radt.probe" in run.data.tags
 
 
 def _get_run(client, run_id: str):

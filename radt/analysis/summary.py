@@ -49,8 +49,10 @@ from radt.analysis.figures import (
 )
 from radt.analysis.load import (
     KeyFilter,
+    grouping,
     load_tables,
     open_client,
+    probe,
     run_columns,
     search_all,
     select_runs,
@@ -703,6 +705,9 @@ def summary(
         context = chosen
     else:
         context = search_all(client, sorted({r.info.experiment_id for r in chosen}))
+    # a study's run and its batch-size probes are no measurements of their own
+    chosen = [r for r in chosen if not (grouping(r) or probe(r))]
+    context = [r for r in context if not (grouping(r) or probe(r))]
     by_id = {r.info.run_id: r for r in [*context, *chosen]}
     children: dict[str, list] = {}
     for run in by_id.values():
@@ -714,7 +719,7 @@ def summary(
     parents = set(children) | {
         r.info.run_id
         for r in by_id.values()
-        if "radt.workload_runs" in r.data.tags and "mlflow.parentRunId" not in r.data.tags
+        if "radt.workload_runs" in r.data.tags and "radt.letter" not in r.data.tags
     }
 
     def level(run) -> str:

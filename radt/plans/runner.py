@@ -13,6 +13,7 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,10 @@ class PlanOptions:
     """Run every workload again, FINISHED ones too."""
     workdir: str = "script"
     """``script``: each row runs in its script's folder (as the original radT); ``here``."""
+    parent_run_id: str | None = None
+    """A run to nest every workload run under (a study's run, a batch search's run)."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Tags for every workload run and run (a batch-size probe's)."""
 
 
 def run_plan(options: PlanOptions) -> int:
@@ -81,17 +86,28 @@ def run_plan(options: PlanOptions) -> int:
         return 0
     if len(pending) < len(plan.workloads):
         say(f"skipping {skipped}")
-    client, uri, original_env = open_store(options.tracking_uri)
+    return run_workloads(plan, pending, options, found, open_store(options.tracking_uri))
+
+
+def run_workloads(
+    plan: Plan,
+    pending: list[Workload],
+    options: PlanOptions,
+    found: dict[str, Discovered],
+    store: tuple,
+    after: Callable[[WorkloadRunner], None] | None = None,
+) -> int:
+    """Run ``pending`` in order on ``store`` (what ``open_store`` returns); return the worst
+    exit code. ``after`` sees each workload's runner once it ended (a study records it)."""
+    client, uri, original_env = store
     worst = 0
-    # SIGTERM and SIGHUP outside a running workload (e.g. during MIG setup) must
-    # still reach the teardown: they interrupt like Ctrl-C.
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) is not signal.SIG_IGN:  # `nohup`: stays ignored
-            signal.signal(signum, _interrupt)
+    interrupt_on_signals()
     for workload in pending:
         runner = WorkloadRunner(plan, workload, options, found, client, uri, original_env)
         code = runner.run()
         worst = worst or code
+        if after is not None:
+            after(runner)
         if runner.interrupted:
             say("interrupted; the remaining workloads run the next time the plan runs")
             break
@@ -112,6 +128,14 @@ def _skipped(plan: Plan, pending: list[Workload], options: PlanOptions) -> str:
     if finished:
         how.append("--rerun-all runs every workload again (new runs)")
     return f"{count(len(left), 'workload')} ({', '.join(why)})" + "".join(f"; {h}" for h in how)
+
+
+def interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP outside a running workload (e.g. during MIG setup) must still
+    reach the teardown: they interrupt like Ctrl-C."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # `nohup`: stays ignored
+            signal.signal(signum, _interrupt)
 
 
 def _report(path: Path, problems: list[str]) -> str:
@@ -309,10 +333,12 @@ class WorkloadRunner:
                 "radt.devices": ",".join(devices) or "all",
                 "radt.listeners": "+".join(device_listeners) or "none",
                 "radt.plan": str(self.plan.path),
+                **self.options.tags,
             },
             params={},
             listeners=list(device_listeners.values()),
             run_name=self.workload.name,
+            parent_run_id=self.options.parent_run_id,
             window_s=self.options.window_s,
             interval_s=self.options.interval_s,
             devices=devices,
@@ -335,6 +361,7 @@ class WorkloadRunner:
                 "radt.plan_line": str(row.line),
                 **self.options.job.with_row(row.job, row.warmup_epochs, row.warmup_s).tags(),
                 "radt.workdir": str(cwd),
+                **self.options.tags,
             },
             params=run_params(row.command),
             # A fresh instance per run: a listener object observes one process tree.

@@ -1,0 +1,158 @@
+"""The time–energy frontier: per Job, which configurations × power limits are worth running.
+
+Each **point** is one Job × configuration × power limit (× basis) of the provider view of
+:func:`radt.analysis.summary.repeats`: the mean over its FINISHED repeats of the provider time
+per example (ns) and energy per example (nJ). A point is **on the frontier** (Pareto-optimal)
+when no other point of the same Job is at least as fast and at least as cheap and better in one
+of the two. Its **energy bloat** is how much more energy per example it uses than the cheapest
+frontier point that is at least as fast: ``100 × (e / min{e_f : f on the frontier, t_f ≤ t} − 1)``
+percent, 0 on the frontier. The **energy-optimal** point is the frontier point with the least
+energy (the faster one on a tie), the **time-optimal** point the fastest (the cheaper one on a
+tie). A point without both figures (no examples, no GPU energy) is listed with ``on_frontier``
+missing and the reason in ``frontier_note``; figures on different bases are never compared.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from radt.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TIME, ENERGY = "time_per_example_ns", "energy_per_example_nj"
+TIME_NORM, ENERGY_NORM = "time_per_example_norm", "energy_per_example_norm"
+FIGURES = (TIME, ENERGY, TIME_NORM, ENERGY_NORM, "examples_per_s")
+KEYS = ("job", "configuration", "power_limit_w", "basis")
+COLUMNS = (
+    *KEYS,
+    "count",
+    TIME,
+    ENERGY,
+    f"{TIME}_std",
+    f"{ENERGY}_std",
+    TIME_NORM,
+    ENERGY_NORM,
+    "examples_per_s",
+    "on_frontier",
+    "energy_bloat_pct",
+    "energy_optimal",
+    "time_optimal",
+    "frontier_note",
+    "run_ids",
+)
+
+
+def frontier(
+    experiment: str | None = None,
+    runs=None,
+    *,
+    by: str | None = "job",
+    tracking_uri: str | None = None,
+    cache_dir: Path | None = None,
+) -> pd.DataFrame:
+    """Per Job, every configuration × power limit with its frontier figures (see the module).
+
+    Args:
+        experiment: experiment name or id (all its runs unless ``runs`` narrows them).
+        runs: run ids (their workloads are taken whole).
+        by: ``"job"`` (a frontier per Job, the default) or None (one frontier over all points,
+            for a study whose Jobs are meant to be compared with each other).
+        tracking_uri, cache_dir: as for :func:`radt.summary`.
+
+    Returns:
+        One row per point, columns :data:`COLUMNS`: the group, ``count`` (repeats), the mean
+        provider ``time_per_example_ns`` and ``energy_per_example_nj`` with their ``_std``,
+        the mean normalised figures (over the Job's ``none`` baseline at the default power
+        limit: the whole GPU at full power), ``on_frontier``, ``energy_bloat_pct``,
+        ``energy_optimal``, ``time_optimal``, ``frontier_note`` and ``run_ids``; sorted by Job,
+        then time per example.
+    """
+    from radt.analysis.summary import summary
+
+    return frontier_table(
+        summary(experiment, runs, tracking_uri=tracking_uri, cache_dir=cache_dir), by=by
+    )
+
+
+def frontier_table(frame: pd.DataFrame, by: str | None = "job") -> pd.DataFrame:
+    """The frontier of a :func:`radt.summary` frame (pure: no MLflow)."""
+    import pandas as pd
+
+    from radt.analysis.summary import repeats
+
+    if by not in ("job", None):
+        raise UsageError(f"by= takes 'job' or None, not {by!r}")
+    if frame.empty:
+        return pd.DataFrame(columns=list(COLUMNS))
+    finished = frame[frame["level"].isin(("provider", "run")) & (frame["status"] == "FINISHED")]
+    if finished.empty:
+        return pd.DataFrame(columns=list(COLUMNS))
+    table = repeats(finished, figures=FIGURES)
+    table = table[table["view"] == "provider"].copy()
+    points = pd.DataFrame(
+        {
+            **{key: table[key] for key in KEYS},
+            "count": table["count"],
+            **{name: table[f"{name}_mean"] for name in FIGURES},
+            f"{TIME}_std": table[f"{TIME}_std"],
+            f"{ENERGY}_std": table[f"{ENERGY}_std"],
+            "run_ids": table["run_ids"],
+        }
+    )
+    group = ["job", "basis"] if by == "job" else ["basis"]
+    parts = [_mark(part.copy()) for _, part in points.groupby(group, sort=False, dropna=False)]
+    out = pd.concat(parts, ignore_index=True) if parts else points
+    out = out.sort_values(["job", TIME], na_position="last", kind="stable")
+    return out.reindex(columns=list(COLUMNS)).reset_index(drop=True)
+
+
+def _known(value) -> bool:
+    return value is not None and not (isinstance(value, float) and not math.isfinite(value))
+
+
+def _mark(points: pd.DataFrame) -> pd.DataFrame:
+    """Frontier, bloat and the two optima of one group of points."""
+    times = points[TIME].astype(float).tolist()
+    energies = points[ENERGY].astype(float).tolist()
+    known = [
+        _known(t) and _known(e) and t > 0 and e > 0 for t, e in zip(times, energies, strict=True)
+    ]
+    on: list[bool | None] = []
+    notes: list[str | None] = []
+    for i, (t, e) in enumerate(zip(times, energies, strict=True)):
+        if not known[i]:
+            on.append(None)
+            notes.append(_why(points.iloc[i]))
+            continue
+        dominated = any(
+            known[j] and tj <= t and ej <= e and (tj < t or ej < e)
+            for j, (tj, ej) in enumerate(zip(times, energies, strict=True))
+        )
+        on.append(not dominated)
+        notes.append(None)
+    bloat = []
+    for i, (t, e) in enumerate(zip(times, energies, strict=True)):
+        cheapest = min(
+            (energies[j] for j in range(len(times)) if on[j] and times[j] <= t),
+            default=math.nan,
+        )
+        bloat.append(100.0 * (e / cheapest - 1.0) if known[i] and cheapest > 0 else math.nan)
+    front = [i for i, flag in enumerate(on) if flag]
+    best_energy = min(front, key=lambda i: (energies[i], times[i]), default=None)
+    best_time = min(front, key=lambda i: (times[i], energies[i]), default=None)
+    points["on_frontier"] = on
+    points["energy_bloat_pct"] = bloat
+    points["energy_optimal"] = [i == best_energy for i in range(len(times))]
+    points["time_optimal"] = [i == best_time for i in range(len(times))]
+    points["frontier_note"] = notes
+    return points
+
+
+def _why(point) -> str:
+    if not _known(point[TIME]):
+        return "no time per example (no examples in the provider window)"
+    return "no energy per example (no GPU energy recorded: a GPU listener is needed)"

@@ -1,0 +1,653 @@
+"""Studies: the original radT's YAML sweeps, with radT's extensions, read, checked and expanded.
+
+The original radT (0.2.26+) runs a YAML file of the keys ``name, experiment, collocation,
+devices, listeners, file, method (grid|random), parameters: {flag: {values: [...]}}``: every
+combination of the parameters is one workload of one run (``--flag value`` joined by spaces),
+all under one top-level run; after each workload it writes ``parent: <run id>`` and
+``status: {N: "<STATUS> <run id> (<params>)"}`` into the file, and on the next start skips the
+combinations whose status says FINISHED. Those files run here unchanged.
+
+radT's extensions, each a list whose product with the parameters is the study:
+``collocation`` (whole configurations: ``none``, ``naive x3``, ``mps x2``, ``mps:50 x2``,
+``4g.40gb+3g.40gb`` (one run per slice)), ``power_limit`` (watts or ``default``),
+``repeats``, plus ``job`` (the Job name), ``seed`` (for ``method: random``) and
+``batch_size: {search: max, ...}`` (the largest batch that fits each device slot, searched by
+:mod:`radt.plans.batch`). Every problem is reported, one line each with its key and line,
+before anything starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import re
+import shlex
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+
+from radt.errors import UsageError
+from radt.plans.model import MAX_COMPUTE_SLICES, Collocation
+from radt.plans.read import _parse_devices, _parse_file, _parse_listeners, parse_collocation
+
+ORIGINAL_KEYS = (
+    "name",
+    "experiment",
+    "collocation",
+    "devices",
+    "listeners",
+    "file",
+    "method",
+    "parameters",
+    "status",
+    "parent",
+)
+EXTENSION_KEYS = ("power_limit", "repeats", "job", "seed", "batch_size")
+KEYS = ORIGINAL_KEYS + EXTENSION_KEYS
+BATCH_KEYS = ("search", "flag", "min", "max", "power_of_two", "steps", "max_time")
+METHODS = ("grid", "random")
+MAX_SHARING = 48  # MPS serves at most 48 clients per GPU (Volta and later)
+STATUS_WORD = re.compile(r"^[A-Z]+$")
+
+
+class StudyError(UsageError):
+    """A study with problems: one line each, under a count line."""
+
+    def __init__(self, path: Path | str, problems: list[str]) -> None:
+        self.problems = problems
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        super().__init__(f"{path} has {count}; nothing was started:\n" + "\n".join(problems))
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """How one workload shares the GPU: its label and one collocation per run."""
+
+    label: str  # "none", "naive x2", "mps:50 x2", "4g.40gb+3g.40gb"
+    runs: tuple[Collocation, ...]
+
+    @property
+    def mode(self) -> str:
+        return self.runs[0].mode
+
+    @property
+    def slug(self) -> str:
+        """The label in a workload name: ``naive-x2``, ``mps50-x2``, ``4g+3g``."""
+        if self.mode == "mig":
+            return "+".join(r.label.split(".")[0] for r in self.runs)
+        return self.label.replace(":", "").replace(" ", "-")
+
+
+@dataclass(frozen=True)
+class BatchSearch:
+    """``batch_size: {search: max, ...}``: find the largest batch that fits each slot."""
+
+    flag: str = "--batch-size"
+    min: int = 1
+    max: int = 65536
+    power_of_two: bool = False
+    steps: int = 5
+    """Probes end after this many ``radt.log_examples`` calls (``RADT_MAX_STEPS``)."""
+    max_time_min: float = 10.0
+    """A probe that runs this long without running out of memory fits."""
+
+    @property
+    def spec(self) -> str:
+        """What was searched, as the cache key: ``--batch-size 1..65536`` (``, powers of 2``)."""
+        return f"{self.flag} {self.min}..{self.max}" + (
+            ", powers of 2" if self.power_of_two else ""
+        )
+
+
+@dataclass
+class Study:
+    """A read and checked study file."""
+
+    path: Path
+    name: str
+    experiment: str
+    file: str
+    devices: str  # the Devices cell: "0", "0+1", "" (radT's default)
+    listeners: str | None
+    method: str
+    seed: int
+    parameters: list[tuple[str, list[str]]]  # flag (with dashes) -> values as written
+    configurations: list[Configuration]
+    power_limits_w: list[float | None]  # None: the GPU's default limit
+    repeats: int
+    job: str | None
+    batch: BatchSearch | None
+    status: dict[int, str] = field(default_factory=dict)
+    parent: str | None = None
+    extended: set[str] = field(default_factory=set)
+    """The extension dimensions the file uses (``collocation`` when it is a list)."""
+    lines: dict[str, int] = field(default_factory=dict)
+    """Line of each top-level key (and ``collocation[i]``, ``parameters.x``) in the file."""
+
+
+@dataclass
+class StudyWorkload:
+    """One workload of the expanded study: one combination of every dimension."""
+
+    index: int  # 1-based position in the run order
+    params: list[tuple[str, str]]  # (flag, value) of the swept parameters
+    configuration: Configuration
+    power_limit_w: float | None
+    repeat: int
+    job: str
+    descriptor: str
+    """What identifies it in the file's ``status:`` (the original's params string, extended)."""
+    name: str  # the plan's Workload: "001", "004-naive-x2-150w-r2"
+
+    @property
+    def params_text(self) -> str:
+        """``--lr 0.1 --epochs 5``, as the original joins them."""
+        return " ".join(f"{flag} {value}" for flag, value in self.params)
+
+    @property
+    def argv_params(self) -> list[str]:
+        """The swept parameters as arguments (a value with spaces stays one argument)."""
+        return [part for flag, value in self.params for part in (flag, value)]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_study(path: Path, *, cwd: Path | None = None) -> Study:
+    """Read and check a study file; raise StudyError with every problem.
+
+    ``cwd`` is the folder the ``file`` is resolved from (default: the current folder, as the
+    original radT and plans do).
+    """
+    import yaml
+
+    path = Path(path)
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"study not found: {path}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text; save the study as UTF-8 YAML") from None
+    except OSError as err:
+        raise UsageError(f"cannot read study {path}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+        lines = _key_lines(yaml.compose(text))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path} line {mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if context and start is not None:
+            problem += f" ({context} on line {start.line + 1})"
+        raise StudyError(path, [f"{where}: not valid YAML: {problem}"]) from None
+    if not isinstance(data, dict):
+        raise StudyError(
+            path, [f"{path}: a study is a mapping of keys (name, file, parameters, ...)"]
+        )
+    return _Reader(path, data, lines, cwd).study()
+
+
+def _key_lines(node) -> dict[str, int]:
+    """Line numbers of the top-level keys and of the items of ``collocation``/``parameters``."""
+    import yaml
+
+    lines: dict[str, int] = {}
+    if not isinstance(node, yaml.MappingNode):
+        return lines
+    for key, value in node.value:
+        name = str(key.value)
+        lines[name] = key.start_mark.line + 1
+        if isinstance(value, yaml.SequenceNode):
+            for i, item in enumerate(value.value):
+                lines[f"{name}[{i}]"] = item.start_mark.line + 1
+        elif isinstance(value, yaml.MappingNode):
+            for sub, _ in value.value:
+                lines[f"{name}.{sub.value}"] = sub.start_mark.line + 1
+    return lines
+
+
+class _Reader:
+    """Checks one study's keys, collecting every problem."""
+
+    def __init__(self, path: Path, data: dict, lines: dict[str, int], cwd: Path) -> None:
+        self.path = path
+        self.data = data
+        self.lines = lines
+        self.cwd = cwd
+        self.problems: list[str] = []
+
+    def problem(self, key: str, message: str) -> None:
+        line = self.lines.get(key) or self.lines.get(key.split("[")[0].split(".")[0])
+        where = f"{self.path} line {line}" if line else str(self.path)
+        self.problems.append(f"{where}: {key}: {message}")
+
+    def study(self) -> Study:
+        data = self.data
+        for key in data:
+            if str(key) not in KEYS:
+                close = difflib.get_close_matches(str(key), KEYS, n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                self.problem(str(key), f"unknown key (allowed: {', '.join(KEYS)}){hint}")
+        name = self.text("name") or self.path.stem
+        experiment = self.text("experiment") or name
+        file = self.file()
+        devices = self.devices()
+        listeners = self.listeners()
+        method = (self.text("method") or "grid").lower()
+        if method not in METHODS:
+            self.problem("method", f"{method!r} is not grid or random")
+        seed = self.integer("seed", 0, minimum=None)
+        parameters = self.parameters()
+        configurations = self.configurations()
+        limits = self.power_limits()
+        repeats = self.integer("repeats", 1, minimum=1)
+        job = self.text("job") or None
+        batch = self.batch(parameters)
+        status = self.status()
+        parent = self.text("parent") or None
+        extended = {key for key in EXTENSION_KEYS if key in data and key not in ("job", "seed")}
+        if isinstance(data.get("collocation"), list):
+            extended.add("collocation")
+        if self.problems:
+            raise StudyError(self.path, self.problems)
+        return Study(
+            path=self.path,
+            name=name,
+            experiment=experiment,
+            file=file,
+            devices=devices,
+            listeners=listeners,
+            method=method,
+            seed=seed,
+            parameters=parameters,
+            configurations=configurations,
+            power_limits_w=limits,
+            repeats=repeats,
+            job=job,
+            batch=batch,
+            status=status,
+            parent=parent,
+            extended=extended,
+            lines=self.lines,
+        )
+
+    # ----------------------------------------------------------------- scalar keys
+
+    def text(self, key: str) -> str:
+        value = self.data.get(key)
+        if value is None:
+            return ""
+        if isinstance(value, (dict, list)):
+            self.problem(key, "must be a single value, not a list or mapping")
+            return ""
+        return str(value).strip()
+
+    def integer(self, key: str, default: int, minimum: int | None) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.problem(key, f"{value!r} is not a whole number")
+            return default
+        if minimum is not None and value < minimum:
+            self.problem(key, f"{value} must be at least {minimum}")
+            return default
+        return value
+
+    def file(self) -> str:
+        value = self.text("file")
+        try:
+            return _parse_file(value, self.cwd)
+        except ValueError as err:
+            self.problem("file", str(err))
+            return value
+
+    def devices(self) -> str:
+        value = self.text("devices")
+        try:
+            return "+".join(_parse_devices(value))
+        except ValueError as err:
+            self.problem("devices", str(err))
+            return ""
+
+    def listeners(self) -> str | None:
+        try:
+            return _parse_listeners(self.text("listeners"))
+        except ValueError as err:
+            self.problem("listeners", str(err))
+            return None
+
+    # ----------------------------------------------------------------- dimensions
+
+    def parameters(self) -> list[tuple[str, list[str]]]:
+        raw = self.data.get("parameters")
+        if raw is None:
+            return []
+        if not isinstance(raw, dict):
+            self.problem("parameters", "must map each flag to {values: [...]}")
+            return []
+        found: list[tuple[str, list[str]]] = []
+        for name, spec in raw.items():
+            key = f"parameters.{name}"
+            if not isinstance(spec, dict) or "values" not in spec:
+                self.problem(key, "needs values: [...] (e.g. lr: {values: [0.1, 0.01]})")
+                continue
+            extra = [str(k) for k in spec if k != "values"]
+            if extra:
+                self.problem(key, f"unknown key {extra[0]!r} (a parameter has values: [...])")
+            values = spec["values"]
+            if not isinstance(values, list):
+                values = [values]
+            if not values:
+                self.problem(key, "values is empty, so the study has no workload (empty product)")
+                continue
+            if any(isinstance(v, (dict, list)) or v is None for v in values):
+                self.problem(key, "values must be single values (numbers, words)")
+                continue
+            flag = str(name) if str(name).startswith("-") else f"--{name}"
+            found.append((flag, [_value_text(v) for v in values]))
+        return found
+
+    def configurations(self) -> list[Configuration]:
+        raw = self.data.get("collocation", "none")
+        items = raw if isinstance(raw, list) else [raw]
+        if not items:
+            self.problem("collocation", "the list is empty, so the study has no workload")
+        found: list[Configuration] = []
+        for i, item in enumerate(items):
+            key = f"collocation[{i}]" if isinstance(raw, list) else "collocation"
+            try:
+                configuration = parse_configuration(_value_text(item))
+            except ValueError as err:
+                self.problem(key, str(err))
+                continue
+            if configuration.label in [c.label for c in found]:
+                self.problem(key, f"{configuration.label} is listed twice")
+                continue
+            found.append(configuration)
+        return found
+
+    def power_limits(self) -> list[float | None]:
+        raw = self.data.get("power_limit", "default")
+        items = raw if isinstance(raw, list) else [raw]
+        if not items:
+            self.problem("power_limit", "the list is empty, so the study has no workload")
+        found: list[float | None] = []
+        for i, item in enumerate(items):
+            key = f"power_limit[{i}]" if isinstance(raw, list) else "power_limit"
+            try:
+                watts = parse_watts(item)
+            except ValueError as err:
+                self.problem(key, str(err))
+                continue
+            if watts in found:
+                self.problem(key, f"{_cap_text(watts)} is listed twice")
+                continue
+            found.append(watts)
+        return found
+
+    def batch(self, parameters: list[tuple[str, list[str]]]) -> BatchSearch | None:
+        raw = self.data.get("batch_size")
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            self.problem(
+                "batch_size", "must be a mapping: {search: max, flag: --batch-size, min: 1, ...}"
+            )
+            return None
+        for key in raw:
+            if str(key) not in BATCH_KEYS:
+                self.problem(f"batch_size.{key}", f"unknown key (allowed: {', '.join(BATCH_KEYS)})")
+        if str(raw.get("search", "")).strip().lower() != "max":
+            self.problem("batch_size", "needs search: max (the largest batch that fits each slot)")
+        defaults = BatchSearch()
+        flag = str(raw.get("flag", defaults.flag)).strip()
+        if not flag.startswith("-") or " " in flag:
+            self.problem("batch_size.flag", f"{flag!r} is not a flag like --batch-size")
+        if flag in [name for name, _ in parameters]:
+            self.problem(
+                "batch_size.flag",
+                f"{flag} is also swept under parameters; sweep it or search it, not both",
+            )
+        numbers = {}
+        for key, default in (("min", defaults.min), ("max", defaults.max), ("steps", 5)):
+            value = raw.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                self.problem(f"batch_size.{key}", f"{value!r} is not a whole number of at least 1")
+                value = default
+            numbers[key] = value
+        if numbers["min"] > numbers["max"]:
+            self.problem("batch_size", f"min {numbers['min']} is above max {numbers['max']}")
+        power_of_two = raw.get("power_of_two", False)
+        if not isinstance(power_of_two, bool):
+            self.problem("batch_size.power_of_two", f"{power_of_two!r} is not true or false")
+            power_of_two = False
+        if power_of_two and not _powers_of_two(numbers["min"], numbers["max"]):
+            self.problem(
+                "batch_size", f"no power of two lies between {numbers['min']} and {numbers['max']}"
+            )
+        max_time = raw.get("max_time", defaults.max_time_min)
+        if isinstance(max_time, bool) or not isinstance(max_time, (int, float)) or max_time <= 0:
+            self.problem("batch_size.max_time", f"{max_time!r} is not a positive number of minutes")
+            max_time = defaults.max_time_min
+        return BatchSearch(
+            flag, numbers["min"], numbers["max"], power_of_two, numbers["steps"], float(max_time)
+        )
+
+    def status(self) -> dict[int, str]:
+        raw = self.data.get("status")
+        if raw is None or raw == {}:
+            return {}
+        if not isinstance(raw, dict):
+            self.problem("status", "radT writes this mapping; remove the key to start afresh")
+            return {}
+        found: dict[int, str] = {}
+        for key, value in raw.items():
+            try:
+                number = int(key)
+            except (TypeError, ValueError):
+                self.problem(f"status.{key}", "is not a workload number")
+                continue
+            found[number] = str(value)
+        return found
+
+
+def _value_text(value) -> str:
+    """A YAML value as the original radT writes it into the command (``str()``)."""
+    return str(value).strip()
+
+
+def _powers_of_two(low: int, high: int) -> list[int]:
+    found, value = [], 1
+    while value <= high:
+        if value >= low:
+            found.append(value)
+        value *= 2
+    return found
+
+
+def parse_watts(value) -> float | None:
+    """A ``power_limit`` item: watts (``250``, ``250 W``) or ``default`` (None)."""
+    if value is None or str(value).strip().lower() in ("default", "-", ""):
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number of watts or default")
+    text = re.sub(r"\s*[wW]$", "", str(value).strip())
+    try:
+        watts = float(text)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number of watts or default") from None
+    if not watts > 0 or watts == float("inf"):
+        raise ValueError(f"{value!r} is not a positive number of watts")
+    return watts
+
+
+def _cap_text(watts: float | None) -> str:
+    return "default" if watts is None else f"{watts:g} W"
+
+
+_COUNT = re.compile(r"^(.*?)\s*\bx\s*(\d+)$")
+
+
+def parse_configuration(text: str) -> Configuration:
+    """A ``collocation`` item: ``none``, ``naive x3``, ``mps:50 x2``, ``4g.40gb+3g.40gb``.
+
+    A single word of the original radT (``-``, ``naive``, ``mps``, ``3g.40gb``) is one run.
+    Raises ValueError with the message for the user.
+    """
+    value = text.strip()
+    match = _COUNT.match(value.lower())
+    base, count = (match[1].strip(), int(match[2])) if match else (value, None)
+    if count is not None and count < 1:
+        raise ValueError(f"{value!r}: the number of runs must be at least 1")
+    parts = re.split(r"\+(?=\d)", base)
+    if len(parts) > 1:
+        collocations = [parse_collocation(part) for part in parts]
+        if any(c.mode != "mig" for c in collocations):
+            raise ValueError(
+                f"{value!r}: + joins MIG profiles (4g.40gb+3g.40gb); share a whole GPU with "
+                "naive xN or mps xN"
+            )
+    else:
+        collocations = [parse_collocation(base)]
+    first = collocations[0]
+    if first.mode == "none":
+        if count not in (None, 1):
+            raise ValueError(
+                f"{value!r}: none is the job alone on its GPU; share it with naive x{count} "
+                f"or mps x{count}"
+            )
+        return Configuration("none", (first,))
+    if first.mode in ("naive", "mps"):
+        n = count or 1
+        if n > MAX_SHARING:
+            raise ValueError(f"{value!r}: at most {MAX_SHARING} runs can share one GPU")
+        return Configuration(f"{first.label} x{n}", (first,) * n)
+    runs = [c for c in collocations for _ in range(count or 1)]
+    runs.sort(key=lambda c: (-c.compute_slices, -_memory_gb(c.mig_profile or "")))
+    slices = sum(c.compute_slices for c in runs)
+    label = "+".join(c.label for c in runs)
+    if slices > MAX_COMPUTE_SLICES:
+        raise ValueError(
+            f"{value!r} needs {slices} compute slices; a GPU has at most {MAX_COMPUTE_SLICES}"
+        )
+    return Configuration(label, tuple(runs))
+
+
+def _memory_gb(profile: str) -> int:
+    match = re.search(r"\.(\d+)gb", profile)
+    return int(match[1]) if match else 0
+
+
+# --------------------------------------------------------------------------- expansion
+
+
+def default_job(study: Study, params: list[tuple[str, str]]) -> str:
+    """The Job of a workload: ``job:`` (else the file), then the swept params but seeds."""
+    kept = [(flag, value) for flag, value in params if flag.lstrip("-") not in ("seed",)]
+    head = study.job or study.file
+    return " ".join([head, *(f"{flag} {shlex.quote(value)}" for flag, value in kept)])
+
+
+def descriptor(
+    study: Study,
+    params: list[tuple[str, str]],
+    configuration: Configuration,
+    power_limit_w: float | None,
+    repeat: int,
+) -> str:
+    """What identifies a workload in ``status:``: the original's params string, then ``|``
+    and each extension that is not at its default (so adding one keeps finished work)."""
+    parts = [" ".join(f"{flag} {value}" for flag, value in params)]
+    if "collocation" in study.extended and configuration.label != "none":
+        parts.append(configuration.label)
+    if power_limit_w is not None:
+        parts.append(_cap_text(power_limit_w))
+    if repeat > 1:
+        parts.append(f"repeat {repeat}")
+    text = " | ".join(part for part in parts if part)
+    return " ".join(text.split())
+
+
+def expand(study: Study) -> list[StudyWorkload]:
+    """Every workload of the study, in run order.
+
+    Grid order: repeat, then parameters, then power limit, then configuration (so an
+    interrupted study has whole repeats). ``method: random`` shuffles the same list with
+    ``seed`` (default 0): the same file gives the same order on every run.
+    """
+    combos = list(product(*[[(flag, v) for v in values] for flag, values in study.parameters]))
+    items = [
+        (list(combo), configuration, cap, repeat)
+        for repeat in range(1, study.repeats + 1)
+        for combo in combos
+        for cap in study.power_limits_w
+        for configuration in study.configurations
+    ]
+    if study.method == "random":
+        random.Random(study.seed).shuffle(items)
+    workloads = []
+    for index, (params, configuration, cap, repeat) in enumerate(items, start=1):
+        segments = [f"{index:03}"]
+        if "collocation" in study.extended:
+            segments.append(configuration.slug)
+        if "power_limit" in study.extended:
+            segments.append("default" if cap is None else f"{cap:g}w")
+        if study.repeats > 1:
+            segments.append(f"r{repeat}")
+        workloads.append(
+            StudyWorkload(
+                index=index,
+                params=params,
+                configuration=configuration,
+                power_limit_w=cap,
+                repeat=repeat,
+                job=default_job(study, params),
+                descriptor=descriptor(study, params, configuration, cap, repeat),
+                name="-".join(segments),
+            )
+        )
+    return workloads
+
+
+# --------------------------------------------------------------------------- progress
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One ``status:`` entry: ``"<STATUS> <run id> (<descriptor>)"`` under its number."""
+
+    number: int
+    status: str
+    run_id: str
+    descriptor: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.status} {self.run_id} ({self.descriptor})"
+
+
+def parse_progress(number: int, text: str) -> Progress | None:
+    """An entry as the original reads it: the first word, the run id, then ``(...)``."""
+    words = str(text).split()
+    if len(words) < 2 or not STATUS_WORD.match(words[0]):
+        return None
+    rest = " ".join(words[2:]).strip()
+    if len(words) == 2 and words[1].startswith("("):  # no run id: "FAILED (--lr 1)"
+        rest, words[1] = words[1], ""
+    if not (rest.startswith("(") and rest.endswith(")")):
+        return None
+    return Progress(number, words[0], words[1], " ".join(rest[1:-1].split()))
+
+
+def progress_of(study: Study) -> dict[str, Progress]:
+    """The last ``status:`` entry of each descriptor (higher numbers are later)."""
+    found: dict[str, Progress] = {}
+    for number in sorted(study.status):
+        entry = parse_progress(number, study.status[number])
+        if entry is not None:
+            found[entry.descriptor] = entry
+    return found

@@ -4,7 +4,7 @@ from radt.analysis.figures import summarize_samples
 from radt.analysis.load import load, load_wide
 from radt.analysis.summary import repeats, summary
 from radt.listener import Listener, PolledListener, RunContext, Sample
-from radt.run_api import Run, log_epoch, log_examples, start_window
+from radt.run_api import Run, log_epoch, log_examples, phase, start_window, step
 
 __version__ = "0.3.0.dev0"
 
@@ -19,8 +19,10 @@ __all__ = [
     "load_wide",
     "log_epoch",
     "log_examples",
+    "phase",
     "repeats",
     "start_window",
+    "step",
     "summarize_samples",
     "summary",
 ]

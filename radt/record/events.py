@@ -10,7 +10,10 @@ script's own timestamp:
 - ``script/run/epoch``: the epoch just finished, once per epoch (the first process to report it);
 - ``script/run/window_start``: 1 where ``radt.start_window()`` was called.
 
-A malformed record is ignored; how many there were is said once, when the channel closes.
+Phase intervals (``radt.phase``) are no samples: they go to a
+:class:`radt.record.phases.PhaseWriter`, when the run has one, and end up in the artifact
+``radt/phases.parquet``. A malformed record is ignored; how many there were is said once, when
+the channel closes, as are phase intervals a process reported it had to drop.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
+from urllib.parse import unquote
 
 from radt.listener import Emit, Sample
+from radt.record.phases import PhaseWriter
 from radt.words import count
 
 PROTOCOL = "radt1"
@@ -37,11 +42,21 @@ POLL_S = 0.1
 class EventReceiver:
     """The receiving end of one run's run-API channel; :meth:`close` it on every path."""
 
-    def __init__(self, run_id: str, emit: Emit, warn: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        emit: Emit,
+        warn: Callable[[str], None],
+        phases: PhaseWriter | None = None,
+    ) -> None:
         self.emit = emit
         self.warn = warn
+        self.phases = phases
         self.records = 0
         self.malformed = 0
+        self.phases_lost: dict[int, int] = {}
+        """Phase intervals each process said it dropped (radT could not take them in time)."""
+        self._names: dict[str, str] = {}
         self._counts: dict[int, int] = {}
         self._epochs: set[int] = set()
         self._stop = threading.Event()
@@ -70,6 +85,14 @@ class EventReceiver:
             self.drain()
         finally:
             self.sock.close()
+            if self.phases is not None:
+                self.phases.close()
+        lost = sum(self.phases_lost.values())
+        if lost:
+            self.warn(
+                f"{count(lost, 'phase interval')} not recorded: the script made them faster "
+                "than radT could take them"
+            )
         if self.malformed:
             self.warn(
                 f"ignored {count(self.malformed, 'malformed run-API record')} on {self.variable} "
@@ -90,6 +113,8 @@ class EventReceiver:
                 self._parse(data, samples)
             if samples:
                 self.emit(samples)
+            if self.phases is not None:
+                self.phases.tick()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -117,6 +142,8 @@ class EventReceiver:
 
     def _record(self, line: str) -> Sample | object | None:
         parts = line.split()
+        if len(parts) == 6 and parts[0] == PROTOCOL and parts[3] == "phase":
+            return self._phase(parts)
         if len(parts) != 5 or parts[0] != PROTOCOL:
             return None
         _, pid_text, t_text, kind, value_text = parts
@@ -140,7 +167,36 @@ class EventReceiver:
             return Sample(t, EPOCH_KEY, value)
         if kind == "window":
             return Sample(t, WINDOW_KEY, 1.0)
+        if kind == "phases_lost":
+            if value < 0 or value != int(value):
+                return None
+            self.phases_lost[pid] = int(value)
+            return _SKIP
         return None
+
+    def _phase(self, parts: list[str]) -> object | None:
+        """``radt1 <pid> <start> phase <end> <name>``: one interval to the phase writer."""
+        _, pid_text, start_text, _, end_text, quoted = parts
+        try:
+            pid, start, end = int(pid_text), float(start_text), float(end_text)
+        except ValueError:
+            return None
+        finite = math.isfinite(start) and math.isfinite(end)
+        if pid <= 0 or not finite or start <= 0 or end < start:
+            return None
+        name = self._names.get(quoted)
+        if name is None:
+            try:
+                name = unquote(quoted, errors="strict")
+            except UnicodeDecodeError:
+                return None
+            if not name:
+                return None
+            if len(self._names) < 10_000:
+                self._names[quoted] = name
+        if self.phases is not None:
+            self.phases.add(pid, name, start, end)
+        return _SKIP
 
 
 _SKIP = object()

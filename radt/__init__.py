@@ -2,6 +2,7 @@
 
 from radt.analysis.figures import summarize_samples
 from radt.analysis.load import load, load_wide
+from radt.analysis.phases import phases
 from radt.analysis.summary import repeats, summary
 from radt.listener import Listener, PolledListener, RunContext, Sample
 from radt.run_api import Run, log_epoch, log_examples, phase, start_window, step
@@ -20,6 +21,7 @@ __all__ = [
     "log_epoch",
     "log_examples",
     "phase",
+    "phases",
     "repeats",
     "start_window",
     "step",

@@ -48,7 +48,10 @@ EXIT_WAIT_S = 1.0
 """At exit, how long a process waits for radT to make room for its last records."""
 MAX_PENDING = 10_000
 """Unsent records a process keeps (the oldest go first beyond this)."""
-MAX_DATAGRAM_B = 16_384
+MAX_DATAGRAM_B = 60_000
+"""Records per datagram up to this size (radT reads up to 64 KiB)."""
+RETRY_S = 0.05
+"""Phase records radT could not take yet are tried again this much later."""
 MAX_PHASES_PENDING = 200_000
 """Finished phase intervals a process keeps unsent (beyond this the newest are dropped and
 counted: ``phases_lost``)."""
@@ -119,6 +122,7 @@ class _Channel:
         self.phases = []
         self.phase_lines = collections.deque()
         self.phases_lost = 0
+        self.phases_sent_t = 0.0
         global _profiler
         _profiler = None  # the parent's profiler is the parent's
 
@@ -388,6 +392,8 @@ class phase:  # noqa: N801 - used like a function: ``with radt.phase("forward"):
             with channel.lock:
                 channel.format_phases(ended)
                 channel.send()
+                if channel.phase_lines:  # radT's queue was full: try again soon
+                    channel.phases_sent_t = ended - SEND_EVERY_S + RETRY_S
 
     def __call__(self, function: Callable[..., T]) -> Callable[..., T]:
         """Use as a decorator: every call of ``function`` is one interval of this phase."""

@@ -1,0 +1,389 @@
+"""Phases (radt.phase): the arithmetic on hand-computed timelines, the phase records on the
+run-API channel, their storage beside the spool, and radT end to end with a constant-power
+stand-in for the GPU, on a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from radt.analysis.figures import counter_energy, integrate_power
+from radt.analysis.phases import UNMARKED, Cumulative, phase_table, union
+from radt.record.phases import SCHEMA, STREAM, PhaseWriter, compact_phases
+
+# ------------------------------------------------------------------ arithmetic
+
+# An energy counter read every second: 100, 300, 100, 200 W in the four seconds.
+COUNTER_S = np.array([100.0, 101.0, 102.0, 103.0, 104.0])
+COUNTER_J = np.array([5000.0, 5100.0, 5400.0, 5500.0, 5700.0])
+STEPS = pd.DataFrame(
+    {
+        "process": [7, 7, 7, 7],
+        "phase": ["data", "forward", "data", "forward"],
+        "start": [100.25, 100.75, 101.5, 103.0],
+        "end": [100.75, 101.5, 102.5, 104.0],
+    }
+)
+
+
+def row(table: pd.DataFrame, phase: str) -> pd.Series:
+    found = table[table["phase"] == phase]
+    assert len(found) == 1, table
+    return found.iloc[0]
+
+
+def test_phases_shorter_than_the_sampling_interval_get_the_fraction_they_cover():
+    table = phase_table(STEPS, {("nvml", "gpu0", "energy_j"): (COUNTER_S, COUNTER_J)})
+    assert list(table["phase"]) == ["forward", "data", UNMARKED]
+    data, forward, unmarked = (row(table, p) for p in ("data", "forward", UNMARKED))
+    # By hand: data = 0.5 s x 100 W + (0.5 s x 300 W + 0.5 s x 100 W) = 50 + 200 J;
+    # forward = (0.25 s x 100 W + 0.5 s x 300 W) + 1 s x 200 W = 175 + 200 J;
+    # the span 100.25..104 holds 675 J; outside the phases: 102.5..103 at 100 W = 50 J.
+    assert (data["count"], data["time_s"], data["energy_j"]) == (2, 1.5, pytest.approx(250.0))
+    assert (forward["count"], forward["time_s"]) == (2, 1.75)
+    assert forward["energy_j"] == pytest.approx(375.0)
+    assert unmarked["time_s"] == pytest.approx(0.5) and unmarked["energy_j"] == pytest.approx(50)
+    assert data["time_share"] == pytest.approx(1.5 / 3.75)
+    assert forward["time_share"] == pytest.approx(1.75 / 3.75)
+    assert data["energy_share"] == pytest.approx(250 / 675)
+    assert forward["energy_share"] == pytest.approx(375 / 675)
+    assert unmarked["energy_share"] == pytest.approx(50 / 675)
+    assert data["power_mean_w"] == pytest.approx(250 / 1.5)
+    assert data["mean_ms"] == pytest.approx(750.0)
+    assert data["below_interval_share"] == 0.5  # 0.5 s of its 0.5 s and 1 s is under 1 s
+    assert forward["below_interval_share"] == 0.5
+    assert set(table["energy_method"]) == {"counter"} and set(table["energy_scope"]) == {"run"}
+    assert set(table["sampling_interval_s"]) == {1.0}
+    assert table["note"].isna().all()
+    assert table["energy_coverage"].iloc[:2].tolist() == [1.0, 1.0]
+
+
+def test_without_a_counter_power_trapezoids_are_spread_alike_and_gaps_give_nothing():
+    seconds = np.array([0.0, 1.0, 2.0, 3.0, 10.0, 11.0])
+    watts = np.array([100.0, 100.0, 200.0, 200.0, 300.0, 300.0])
+    spans = pd.DataFrame({"process": [1], "phase": ["long"], "start": [2.5], "end": [10.5]})
+    table = phase_table(spans, {("smi", "gpu0", "power_w"): (seconds, watts)})
+    long = row(table, "long")
+    # Trapezoids: 100, 150, 200 J in the first three seconds, a 7 s gap (> 5 medians), 300 J.
+    # 2.5..3: half of 200 J; 10..10.5: half of 300 J. Covered: 0.5 s + 0.5 s of its 8 s.
+    assert long["energy_j"] == pytest.approx(250.0)
+    assert long["energy_coverage"] == pytest.approx(1 / 8)
+    assert long["power_mean_w"] == pytest.approx(250.0)
+    assert long["energy_method"] == "integrated_power"
+    assert "outside the energy samples" in long["note"]
+
+
+def test_whole_coverage_gives_the_same_energy_as_the_run_figures():
+    rng = np.random.default_rng(3)
+    seconds = np.cumsum(rng.uniform(0.05, 0.15, 200))
+    watts = rng.uniform(80, 400, 200)
+    counter = np.cumsum(watts * 0.1)
+    counter[120:] -= counter[119] + 5  # a reset: the counter starts again near 0
+    whole = (seconds[0], seconds[-1])
+    joules, covered = Cumulative.from_counter(seconds, counter).between(*map(np.array, whole))
+    assert joules == pytest.approx(counter_energy(counter))
+    assert covered == pytest.approx(seconds[-1] - seconds[0])
+    joules, _ = Cumulative.from_power(seconds, watts).between(*map(np.array, whole))
+    assert joules == pytest.approx(integrate_power(seconds, watts))
+
+
+def test_processes_nested_phases_and_the_unmarked_rest():
+    intervals = pd.DataFrame(
+        {
+            "process": [1, 1, 1, 2],
+            "phase": ["step", "forward", "step", "step"],
+            "start": [0.0, 0.5, 3.0, 1.0],
+            "end": [2.0, 1.5, 4.0, 2.0],
+        }
+    )
+    seconds = np.linspace(-1, 5, 61)
+    table = phase_table(intervals, {("nvml", "gpu0", "energy_j"): (seconds, 10.0 * seconds)})
+    step, forward, unmarked = (row(table, p) for p in ("step", "forward", UNMARKED))
+    # Spans: process 1 from 0 to 4, process 2 from 1 to 2: 5 s. Outside any phase: 2..3.
+    assert step["time_s"] == 4.0 and step["time_share"] == pytest.approx(4 / 5)
+    assert forward["time_share"] == pytest.approx(1 / 5)  # nested: counted in step too
+    assert unmarked["time_s"] == pytest.approx(1.0)
+    assert step["energy_j"] == pytest.approx(40.0) and unmarked["energy_j"] == pytest.approx(10)
+    assert step["energy_share"] == pytest.approx(step["time_share"])
+    s, e = union(np.array([1, 1, 1, 2]), np.array([0.0, 0.5, 3.0, 1.0]), np.array([2.0, 1.5, 4, 2]))
+    assert s.tolist() == [0.0, 3.0, 1.0] and e.tolist() == [2.0, 4.0, 2.0]
+
+
+def test_without_energy_samples_times_stay_and_energy_is_missing_with_the_reason():
+    table = phase_table(STEPS, {})
+    data = row(table, "data")
+    assert data["time_share"] == pytest.approx(0.4)
+    assert math.isnan(data["energy_j"]) and math.isnan(data["energy_share"])
+    assert set(table["energy_method"]) == {"none"}
+    assert table["note"].iloc[0] == "no GPU energy or power samples: energy missing"
+    outside = phase_table(STEPS, {("nvml", "gpu0", "energy_j"): (COUNTER_S + 50, COUNTER_J)})
+    assert outside["energy_j"].iloc[:2].isna().all()  # none of it covered: missing, not 0
+    assert "outside the energy samples" in outside["note"].iloc[0]
+
+
+def test_rapl_packages_and_dram_give_the_cpu_share():
+    from radt.analysis.phases import cpu_energy
+
+    stamps = pd.to_datetime(np.repeat(COUNTER_S, 3), unit="s", utc=True)
+    frame = pd.DataFrame(
+        {
+            "timestamp": stamps,
+            "key": ["rapl/package0/energy_j", "rapl/dram0/energy_j", "rapl/core0/energy_j"] * 5,
+            "value": np.column_stack([COUNTER_J, COUNTER_J / 10, COUNTER_J]).ravel(),
+        }
+    )
+    table = phase_table(STEPS, {}, cpu_energy(frame))
+    assert row(table, "data")["cpu_energy_j"] == pytest.approx(250 * 1.1)  # core is in package
+    assert row(table, "data")["cpu_energy_share"] == pytest.approx(250 / 675)
+
+
+# ------------------------------------------------------------------ storage beside the spool
+
+
+def test_writer_batches_to_the_stream_and_compaction_keeps_whole_batches(tmp_path):
+    warnings: list[str] = []
+    writer = PhaseWriter(tmp_path, warnings.append)
+    for i in range(5):
+        writer.add(11, "data", 100.0 + i, 100.5 + i)
+    writer.flush()
+    writer.add(12, "fwd ü", 200.0, 200.25)
+    writer.close()
+    writer.close()
+    rows, problem = compact_phases(tmp_path, "r1", tmp_path / "out" / "phases.parquet")
+    assert (rows, problem, warnings) == (6, None, [])
+    table = pq.read_table(tmp_path / "out" / "phases.parquet")
+    assert table.schema == SCHEMA
+    frame = table.to_pandas()
+    assert list(frame["phase"].astype(str)) == ["data"] * 5 + ["fwd ü"]
+    assert set(frame["run"].astype(str)) == {"r1"} and list(frame["process"])[-1] == 12
+    assert frame["start"].iloc[-1] == pd.Timestamp(200.0, unit="s", tz="UTC")
+    # radT killed in the middle of a batch: the stream is read up to its last whole batch
+    stream = tmp_path / "phases" / STREAM
+    whole = stream.read_bytes()
+    stream.write_bytes(whole[:-40])
+    rows, problem = compact_phases(tmp_path, "r1", tmp_path / "cut.parquet")
+    assert rows == 5 and problem
+    assert compact_phases(tmp_path / "none", "r1", tmp_path / "x.parquet") == (0, None)
+    assert not (tmp_path / "x.parquet").exists()
+
+
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+from radt.record.phases import PhaseWriter, compact_phases
+folder = Path(sys.argv[1])
+warnings = []
+writer = PhaseWriter(folder, warnings.append)
+writer.add(1, "early", 1.0, 2.0)
+writer.flush()
+_, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+for i in range(20_000):
+    writer.add(1, "late", 3.0 + i, 3.5 + i)
+writer.close()
+resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+print(len(warnings), warnings[0] if warnings else "")
+print(compact_phases(folder, "r", folder / "out.parquet"))
+"""
+
+
+def test_a_full_disk_keeps_what_was_written_and_warns_once(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    count, rest = done.stdout.splitlines()[0].split(" ", 1)
+    assert count == "1" and rest.startswith("cannot keep phase intervals (")
+    assert done.stdout.splitlines()[1] == "(1, None)"
+
+
+# ------------------------------------------------------------------ the channel
+
+
+def test_receiver_gives_phase_records_to_the_writer_and_counts_bad_ones(tmp_path):
+    from radt.record.events import EventReceiver
+
+    got, warnings = [], []
+    writer = PhaseWriter(tmp_path, warnings.append)
+    receiver = EventReceiver(f"test-{uuid.uuid4().hex}", got.extend, warnings.append, writer)
+    address = "\0" + receiver.variable[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as script:
+        script.sendto(
+            b"radt1 10 100.5 phase 100.75 data%20loading\n"
+            b"radt1 10 100.75 phase 101.0 forward\n"
+            b"radt1 10 100.5 examples 64\n"
+            b"radt1 10 101.0 phase 100.0 backward\n"  # ends before it starts
+            b"radt1 10 101.0 phase 102.0\n"  # no name
+            b"radt1 10 101.0 phase 102.0 %ff\n"  # not UTF-8
+            b"radt1 10 101.0 phase nan x\n"
+            b"radt1 11 103.0 phases_lost 7\n",
+            address,
+        )
+    receiver.close()
+    assert got == [(100.5, "script/run/examples", 64.0)]
+    assert receiver.malformed == 4
+    assert warnings[0] == (
+        "7 phase interval(s) were not recorded: the script made them faster than radT could "
+        "take them"
+    )
+    compact_phases(tmp_path, "r", tmp_path / "p.parquet")
+    frame = pd.read_parquet(tmp_path / "p.parquet")
+    assert list(frame["phase"].astype(str)) == ["data loading", "forward"]
+
+
+def test_the_script_sends_every_interval_in_batches_with_its_own_times(tmp_path):
+    """3,000 intervals in a tight loop reach the socket as a few datagrams: the first at
+    once, then at most one batch a second, the rest at exit; a fork sends only its own."""
+    script = tmp_path / "send.py"
+    script.write_text(SENDER_SIMPLE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RADT_", "MLFLOW_"))}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    lines = "".join(seen["datagrams"]).splitlines()
+    fields = [line.split(" ") for line in lines]
+    assert all(len(f) == 6 and f[0] == "radt1" and f[3] == "phase" for f in fields)
+    parent = [f for f in fields if f[1] == str(seen["pid"])]
+    child = [f for f in fields if f[1] != str(seen["pid"])]
+    names = [f[5] for f in parent]
+    assert names.count("step") == 1500 and names.count("data%20loading%2F%C3%BC") == 1500
+    assert names.count("decorated") == 1
+    assert [f[5] for f in child] == ["in%20child"]
+    starts = [float(f[2]) for f in parent]
+    ends = [float(f[4]) for f in parent]
+    assert starts == sorted(starts) and all(s <= e for s, e in zip(starts, ends, strict=True))
+    # the first interval went at once; the rest in batches, not one datagram each
+    assert seen["datagrams"][0].count("\n") == 1
+    assert len(seen["datagrams"]) < 100
+
+
+SENDER_SIMPLE = """
+import json, os, socket, radt
+name = f"radt-phases-{os.getpid()}"
+radt_side = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+radt_side.bind("\\0" + name)
+radt_side.setblocking(False)
+os.environ["RADT_EVENTS"] = "@" + name
+datagrams = []
+def drain():
+    while True:
+        try:
+            datagrams.append(radt_side.recv(1 << 20).decode())
+        except BlockingIOError:
+            return
+for i in range(3000):
+    with radt.phase("data loading/ü" if i % 2 else "step"):
+        pass
+    drain()
+
+@radt.phase("decorated")
+def work(x):
+    return x + 1
+
+assert work(1) == 2 and work.__name__ == "work"
+child = os.fork()
+if child == 0:
+    with radt.phase("in child"):
+        pass
+    raise SystemExit(0)  # the fork's own exit hook sends its interval
+os.waitpid(child, 0)
+drain()
+while radt.run_api._channel.phase_lines or radt.run_api._channel.phases:
+    radt.run_api.flush()  # radT's queue holds ten datagrams: drain as radT would
+    drain()
+print(json.dumps({"pid": os.getpid(), "datagrams": datagrams}))
+"""
+
+
+# ------------------------------------------------------------------ radT end to end
+
+# The script reads its own clock through a wrapper, so it knows the exact time.time() value each
+# phase boundary used (radt.phase reads the clock once on entry and once on exit).
+TIMED = """
+import json, time
+real = time.time
+reads = []
+def clock():
+    t = real()
+    reads.append(t)
+    return t
+time.time = clock
+import radt
+time.sleep(0.5)  # the device listener is sampling before the first phase
+mine = []
+def timed(name, seconds):
+    first = len(reads)
+    with radt.phase(name):
+        time.sleep(seconds)
+    mine.append([name, reads[first], reads[-1]])
+for i in range(6):
+    timed("data", 0.02)
+    timed("forward", 0.06)
+    time.sleep(0.01)  # between phases: unmarked
+    radt.log_examples(8)
+with open("mine.json", "w") as f:
+    json.dump(mine, f)
+time.sleep(0.3)
+"""
+
+
+def test_recorded_phases_carry_the_scripts_times_and_constant_power_gives_energy_by_time(
+    workspace,
+):
+    from radt.analysis.phases import intervals, phases
+
+    workspace.script("timed.py", TIMED)
+    env = {**workspace.env, "RADT_TEST_POWER_W": "250"}
+    done = workspace.run(["-l", "constpower", "timed.py"], env=env)
+    assert done.returncode == 0, done.stderr
+    mine = json.loads((workspace.root / "mine.json").read_text())
+    run = workspace.only_run()
+    artifacts = {a.path for a in workspace.client().list_artifacts(run.info.run_id, "radt")}
+    assert "radt/phases.parquet" in artifacts
+    found = intervals(runs=[run.info.run_id], tracking_uri=workspace.uri, cache_dir=workspace.home)
+    assert list(found["phase"]) == [name for name, _, _ in mine]
+    to_us = [round(t * 1e6) for _, start, end in mine for t in (start, end)]
+    got_us = [t.value // 1000 for pair in zip(found["start"], found["end"]) for t in pair]
+    assert got_us == to_us  # exactly the script's own clock readings, to the µs
+    assert set(found["process"]) == {found["process"].iloc[0]}
+    assert set(found["run_name"]) == {run.info.run_name}
+
+    table = phases(runs=[run.info.run_id], tracking_uri=workspace.uri, cache_dir=workspace.home)
+    assert list(table["phase"]) == ["forward", "data", UNMARKED]
+    span = mine[-1][2] - mine[0][1]
+    interval = table["sampling_interval_s"].iloc[0]
+    assert 0.02 <= interval <= 0.5  # constpower polls every 0.05 s (more under load)
+    for name in ("data", "forward"):
+        own = [end - start for n, start, end in mine if n == name]
+        got = row(table, name)
+        assert got["count"] == 6
+        assert got["time_s"] == pytest.approx(sum(own), abs=12e-6)
+        assert got["time_share"] == pytest.approx(sum(own) / span, abs=1e-4)
+        # A constant 250 W: energy is 250 W x time and its share the time share (the
+        # attribution's error bound, docs/analysis.md, is zero under a constant draw), up to
+        # the samples' µs timestamps: 250 W x 1 µs at each of the 12 bounds.
+        assert got["energy_coverage"] == pytest.approx(1.0)
+        assert got["energy_j"] == pytest.approx(250 * got["time_s"], abs=250 * 12e-6)
+        assert got["power_mean_w"] == pytest.approx(250.0, rel=1e-4)
+        assert got["energy_share"] == pytest.approx(got["time_share"], abs=1e-4)
+    total = table["time_share"].sum()
+    assert total == pytest.approx(1.0, abs=1e-6)  # phases do not nest here
+    assert table["energy_share"].sum() == pytest.approx(1.0, abs=1e-6)
+    assert set(table["energy_method"]) == {"counter"}

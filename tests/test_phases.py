@@ -14,7 +14,6 @@ import uuid
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -360,7 +359,8 @@ def test_recorded_phases_carry_the_scripts_times_and_constant_power_gives_energy
     found = intervals(runs=[run.info.run_id], tracking_uri=workspace.uri, cache_dir=workspace.home)
     assert list(found["phase"]) == [name for name, _, _ in mine]
     to_us = [round(t * 1e6) for _, start, end in mine for t in (start, end)]
-    got_us = [t.value // 1000 for pair in zip(found["start"], found["end"]) for t in pair]
+    bounds = zip(found["start"], found["end"], strict=True)
+    got_us = [t.value // 1000 for pair in bounds for t in pair]
     assert got_us == to_us  # exactly the script's own clock readings, to the µs
     assert set(found["process"]) == {found["process"].iloc[0]}
     assert set(found["run_name"]) == {run.info.run_name}

@@ -14,6 +14,11 @@ for one step and records ``steps`` steps. Then it writes, in ``<RADT_TORCH_DIR>/
   (up to ``top`` of each), in µs;
 - ``totals.json``: what the listener logs.
 
+Steps end at :func:`radt.step` calls; a script that never calls it has a step per
+:func:`radt.log_examples` call. Once a process calls :func:`radt.step`, ``log_examples`` no longer
+counts, and a profile that ``log_examples`` calls had started starts again at that first
+:func:`radt.step` (the skipped steps absorb it).
+
 Without ``RADT_TORCH_DIR`` the run API imports nothing of the profiler. After the command
 ended, :meth:`TorchListener.collect` keeps the files as the artifacts ``radt/torch/trace.json.gz``
 and ``radt/torch/ops.csv`` (``radt/torch/<pid>/...`` for each process when several recorded) and
@@ -106,6 +111,8 @@ class StepProfiler:
         self.cuda = False
         self.ranges: set[str] = set()
         """Names of the radt.phase ranges opened in the trace (not operators)."""
+        self.discard = False
+        self.registered = False
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str]) -> StepProfiler:
@@ -120,15 +127,21 @@ class StepProfiler:
 
     def step(self, explicit: bool) -> None:
         """One step ended (``explicit``: by radt.step(), else by radt.log_examples())."""
-        if explicit:
+        restart = False
+        if explicit and not self.explicit:
             self.explicit = True
-        elif self.explicit:
+            # log_examples calls came first: the steps count from this radt.step() on
+            restart = self.profile is not None and not self.done
+        elif not explicit and self.explicit:
             return
         if self.done:
             if self.profile is not None:
                 self._stop()
             return
         try:
+            if restart:
+                self._restart()
+                return
             if self.profile is None:
                 self._start()
                 return
@@ -163,10 +176,27 @@ class StepProfiler:
             on_trace_ready=self._ready,
         )
         self.profile.start()
-        atexit.register(self.finish)
+        if not self.registered:
+            self.registered = True
+            atexit.register(self.finish)
+
+    def _restart(self) -> None:
+        """Drop the profile that log_examples calls started and start again at this step."""
+        profile, self.profile = self.profile, None
+        self.discard = True
+        try:
+            profile.stop()
+        finally:
+            self.discard = False
+        self.stepped = 0
+        self.recording = False
+        self.record_started_s = self.last_step_s = None
+        self._start()
 
     def _ready(self, profile: Any) -> None:
         """The recorded steps are over: write the trace, the operator table and the totals."""
+        if self.discard:
+            return
         self.done = True
         self.recording = False
         # Steps end at radt.step() calls; stopped early (at exit), the step in progress is in

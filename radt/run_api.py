@@ -311,7 +311,8 @@ def step() -> None:
 
     Only the ``torch`` listener's profiler uses it: it skips the first steps and then records
     ``-o torch.steps=N`` of them. Without :func:`step`, each :func:`log_examples` call counts as
-    a step; once a process calls :func:`step`, only :func:`step` does.
+    a step; once a process calls :func:`step`, only :func:`step` does (counting from its first
+    call).
     """
     channel = _channel
     if not channel.on and (channel.decided or not channel.start()):

@@ -237,8 +237,7 @@ def test_receiver_gives_phase_records_to_the_writer_and_counts_bad_ones(tmp_path
     assert got == [(100.5, "script/run/examples", 64.0)]
     assert receiver.malformed == 4
     assert warnings[0] == (
-        "7 phase interval(s) were not recorded: the script made them faster than radT could "
-        "take them"
+        "7 phase intervals not recorded: the script made them faster than radT could take them"
     )
     compact_phases(tmp_path, "r", tmp_path / "p.parquet")
     frame = pd.read_parquet(tmp_path / "p.parquet")

@@ -244,6 +244,35 @@ def test_receiver_gives_phase_records_to_the_writer_and_counts_bad_ones(tmp_path
     assert list(frame["phase"].astype(str)) == ["data loading", "forward"]
 
 
+def test_a_datagram_of_phase_records_is_read_at_once_and_a_bad_one_line_by_line(tmp_path):
+    from radt.record.events import EventReceiver
+
+    warnings: list[str] = []
+    writer = PhaseWriter(tmp_path, warnings.append)
+    receiver = EventReceiver(f"test-{uuid.uuid4().hex}", list, warnings.append, writer)
+    address = "\0" + receiver.variable[1:]
+    good = "".join(
+        f"radt1 {20 + i % 2} {1000 + i * 0.5!r} phase {1000.25 + i * 0.5!r} "
+        f"{'fwd%2Fbwd' if i % 3 else 'data'}\n"
+        for i in range(600)
+    )
+    bad = good.replace("radt1 20 1000.0 phase 1000.25 data", "radt1 20 1000.0 phase 999.0 data")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as script:
+        script.sendto(good.encode(), address)
+        script.sendto(bad.encode(), address)
+    receiver.close()
+    assert receiver.records == 1199 and receiver.malformed == 1
+    compact_phases(tmp_path, "r", tmp_path / "p.parquet")
+    frame = pd.read_parquet(tmp_path / "p.parquet")
+    assert len(frame) == 1199
+    first = frame.iloc[:600]
+    assert list(first["process"]) == [20 + i % 2 for i in range(600)]
+    assert list(first["phase"].astype(str)) == ["fwd/bwd" if i % 3 else "data" for i in range(600)]
+    expected = pd.to_datetime([round((1000 + i * 0.5) * 1e6) for i in range(600)], unit="us")
+    assert (first["start"].dt.tz_localize(None).to_numpy() == expected.to_numpy()).all()
+    assert frame.iloc[600]["phase"] == "fwd/bwd"  # the bad record (the first) left out
+
+
 def test_the_script_sends_every_interval_in_batches_with_its_own_times(tmp_path):
     """3,000 intervals in a tight loop reach the socket as a few datagrams: the first at
     once, then at most one batch a second, the rest at exit; a fork sends only its own."""

@@ -36,6 +36,7 @@ EXAMPLES_KEY = "script/run/examples"
 EPOCH_KEY = "script/run/epoch"
 WINDOW_KEY = "script/run/window_start"
 MAX_DATAGRAM_B = 65_536
+PHASE_COLUMNS = ["protocol", "pid", "start", "kind", "end", "name"]
 POLL_S = 0.1
 
 
@@ -126,6 +127,9 @@ class EventReceiver:
                 self.drain()
 
     def _parse(self, data: bytes, samples: list[Sample]) -> None:
+        first = data[: data.find(b"\n")].split(b" ")
+        if len(first) == 6 and first[3] == b"phase" and self._phase_batch(data):
+            return
         try:
             text = data.decode("ascii")
         except UnicodeDecodeError:
@@ -174,6 +178,72 @@ class EventReceiver:
             return _SKIP
         return None
 
+    def _phase_batch(self, data: bytes) -> bool:
+        """A datagram of phase records only (the script sends them apart), read at once.
+
+        False, having taken nothing, when it is not all well-formed phase records: then the
+        records are read one by one (and the bad ones counted).
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.csv as csv
+
+        types = {"protocol": pa.string(), "pid": pa.int64(), "start": pa.float64(),
+                 "kind": pa.string(), "end": pa.float64(), "name": pa.string()}  # fmt: skip
+        try:
+            table = csv.read_csv(
+                pa.py_buffer(data),
+                read_options=csv.ReadOptions(column_names=PHASE_COLUMNS, use_threads=False),
+                parse_options=csv.ParseOptions(delimiter=" ", quote_char=False),
+                convert_options=csv.ConvertOptions(
+                    column_types=types, strings_can_be_null=False, quoted_strings_can_be_null=False
+                ),
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return False
+        start, end, pid = table["start"], table["end"], table["pid"]
+        good = pc.all(
+            pc.and_kleene(
+                pc.and_kleene(
+                    pc.equal(table["protocol"], PROTOCOL), pc.equal(table["kind"], "phase")
+                ),
+                pc.and_kleene(
+                    pc.and_kleene(pc.greater(pid, 0), pc.greater(start, 0.0)),
+                    pc.and_kleene(pc.is_finite(end), pc.greater_equal(end, start)),
+                ),
+            )
+        ).as_py()
+        if not good or table.num_rows == 0:
+            return False
+        names = pc.dictionary_encode(table["name"]).combine_chunks()
+        decoded = []
+        for quoted in names.dictionary.to_pylist():
+            name = self._names.get(quoted) or self._unquote(quoted)
+            if name is None:
+                return False
+            decoded.append(name)
+        self.records += table.num_rows
+        if self.phases is not None:
+            self.phases.add_batch(
+                pid.combine_chunks(),
+                pc.take(pa.array(decoded, pa.string()), names.indices),
+                start.combine_chunks(),
+                end.combine_chunks(),
+            )
+        return True
+
+    def _unquote(self, quoted: str) -> str | None:
+        """A phase name as sent (percent-encoded); None when it is not one."""
+        try:
+            name = unquote(quoted, errors="strict")
+        except UnicodeDecodeError:
+            return None
+        if not name or not quoted.isascii():
+            return None
+        if len(self._names) < 10_000:
+            self._names[quoted] = name
+        return name
+
     def _phase(self, parts: list[str]) -> object | None:
         """``radt1 <pid> <start> phase <end> <name>``: one interval to the phase writer."""
         _, pid_text, start_text, _, end_text, quoted = parts
@@ -184,16 +254,9 @@ class EventReceiver:
         finite = math.isfinite(start) and math.isfinite(end)
         if pid <= 0 or not finite or start <= 0 or end < start:
             return None
-        name = self._names.get(quoted)
+        name = self._names.get(quoted) or self._unquote(quoted)
         if name is None:
-            try:
-                name = unquote(quoted, errors="strict")
-            except UnicodeDecodeError:
-                return None
-            if not name:
-                return None
-            if len(self._names) < 10_000:
-                self._names[quoted] = name
+            return None
         if self.phases is not None:
             self.phases.add(pid, name, start, end)
         return _SKIP

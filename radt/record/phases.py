@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
@@ -66,6 +67,8 @@ class PhaseWriter:
         self._phase: list[str] = []
         self._start: list[int] = []
         self._end: list[int] = []
+        self._batches: list[pa.RecordBatch] = []
+        self._kept = 0
         self._written_s = time.monotonic()
         self._sink = None
         self._writer: ipc.RecordBatchStreamWriter | None = None
@@ -79,36 +82,58 @@ class PhaseWriter:
         self._phase.append(phase)
         self._start.append(round(start_s * 1e6))
         self._end.append(round(end_s * 1e6))
-        if len(self._process) >= BATCH_ROWS:
+        self._kept += 1
+        if self._kept >= BATCH_ROWS:
+            self.flush()
+
+    def add_batch(
+        self, process: pa.Array, phase: pa.Array, start_s: pa.Array, end_s: pa.Array
+    ) -> None:
+        """Keep many intervals at once (Arrow arrays: pids, names, epoch seconds)."""
+        if self.failed:
+            return
+        micros = [pc.cast(pc.round(pc.multiply(t, 1e6)), pa.int64()) for t in (start_s, end_s)]
+        self._batches.append(
+            pa.record_batch([process.cast(pa.int64()), phase, *micros], schema=SPOOL_SCHEMA)
+        )
+        self._kept += len(process)
+        if self._kept >= BATCH_ROWS:
             self.flush()
 
     def tick(self) -> None:
         """Write the kept intervals when the last batch is more than a few seconds old."""
-        if self._process and time.monotonic() - self._written_s >= BATCH_S:
+        if self._kept and time.monotonic() - self._written_s >= BATCH_S:
             self.flush()
 
     def flush(self) -> None:
         """Write the kept intervals as one batch now."""
         self._written_s = time.monotonic()
-        if not self._process or self.failed:
+        if not self._kept or self.failed:
             return
-        batch = pa.record_batch(
-            [
-                pa.array(self._process, pa.int64()),
-                pa.array(self._phase, pa.string()),
-                pa.array(self._start, pa.int64()),
-                pa.array(self._end, pa.int64()),
-            ],
-            schema=SPOOL_SCHEMA,
-        )
-        rows = batch.num_rows
+        batches = self._batches
+        if self._process:
+            batches.append(
+                pa.record_batch(
+                    [
+                        pa.array(self._process, pa.int64()),
+                        pa.array(self._phase, pa.string()),
+                        pa.array(self._start, pa.int64()),
+                        pa.array(self._end, pa.int64()),
+                    ],
+                    schema=SPOOL_SCHEMA,
+                )
+            )
+        rows = self._kept
         self._process, self._phase, self._start, self._end = [], [], [], []
+        self._batches, self._kept = [], 0
         try:
             if self._writer is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._sink = pa.OSFile(str(self.path), "wb")
                 self._writer = ipc.new_stream(self._sink, SPOOL_SCHEMA)
-            self._writer.write_batch(batch)
+            self._writer.write_batch(
+                pa.Table.from_batches(batches, SPOOL_SCHEMA).combine_chunks().to_batches()[0]
+            )
             self._sink.flush()
             self._good_bytes = self._sink.tell()
         except (OSError, pa.ArrowException) as exc:

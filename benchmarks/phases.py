@@ -72,6 +72,20 @@ def run(n):
         for _ in range(n):
             with radt.phase("work"):
                 pass
+if mode.startswith("paced"):
+    rate, seconds = (float(x) for x in mode.split(":")[1:])
+    gap, made = 1.0 / rate, 0
+    began = time.perf_counter()
+    due = began
+    while due - began < seconds:
+        with radt.phase("work"):
+            pass
+        made += 1
+        due += gap
+        while time.perf_counter() < due:
+            pass
+    print(json.dumps({"made": made, "seconds": time.perf_counter() - began}), flush=True)
+    sys.exit(0)
 run(1000)
 began = time.perf_counter()
 run(calls)
@@ -90,7 +104,7 @@ receiver = EventReceiver(sys.argv[1], lambda samples: None, print, writer)
 print(receiver.variable, flush=True)
 sys.stdin.read()
 receiver.close()
-print(json.dumps({"stored": writer.rows}), flush=True)
+print(json.dumps({"stored": writer.rows, "lost": sum(receiver.phases_lost.values())}), flush=True)
 """
 
 TRAIN = r"""
@@ -123,6 +137,8 @@ for first in range(0, steps * batch, batch):
 took = time.perf_counter() - began
 print("RESULT " + json.dumps({"examples_per_s": steps * batch / took, "seconds": took}))
 """
+PACED = (20_000, 100_000)
+"""Phase blocks per second for the capacity check: does radT store every one?"""
 
 TRAINING = {
     "plain": ("none", "0"),
@@ -159,8 +175,26 @@ def drained(calls: int, mode: str) -> dict:
         result = blocks(calls, mode, {**clean_env(), "RADT_EVENTS": variable})
     finally:
         out, _ = receiver.communicate("")
-    result["stored"] = json.loads(out.strip().splitlines()[-1])["stored"]
+    result.update(json.loads(out.strip().splitlines()[-1]))
     return result
+
+
+def paced(rate: int, seconds: float) -> dict:
+    """``rate`` blocks a second for ``seconds`` against a drained receiver."""
+    return drained(0, f"paced:{rate}:{seconds}")
+
+
+def profiler_cost(uri: str) -> dict[str, float]:
+    """``torch/capture/start_ms`` and ``write_ms`` of the listener's runs (medians)."""
+    from mlflow.tracking import MlflowClient
+
+    found: dict[str, list[float]] = {"start_ms": [], "write_ms": []}
+    for run in MlflowClient(uri).search_runs(["0"]):
+        for name in found:
+            value = run.data.metrics.get(f"system/torch/capture/{name}")
+            if value is not None:
+                found[name].append(value)
+    return {name: median(values) for name, values in found.items()}
 
 
 def train(folder, uri: str, listener: str, phases: str, steps: int) -> dict:
@@ -188,7 +222,9 @@ def train(folder, uri: str, listener: str, phases: str, steps: int) -> dict:
 NOTES = """Per block: µs per ``with`` block (or decorated call), medians over the rounds;
 *over the floor* subtracts the empty context manager (the plain call for the decorated form);
 *stored* is what radT's phase writer kept for the whole run (timed and untimed blocks, so
-calls + 1,000). Throughput: examples/s of the training loop as it timed itself, medians over the
+calls + 1,000): a tight loop of empty blocks makes them faster than radT takes them, and
+the ones over the limit are dropped and reported. *Paced*: blocks at a fixed rate, all of which
+must be stored. Throughput: examples/s of the training loop as it timed itself, medians over the
 rounds, and the change against *plain*."""
 
 
@@ -198,6 +234,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1_000_000, help="timed blocks per run")
     parser.add_argument("--steps", type=int, default=200, help="training steps per run")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--paced-s", type=float, default=3.0, help="seconds of each paced run")
     args = parser.parse_args()
     block_conditions = {
         "empty context manager": lambda: blocks(args.calls, "empty", clean_env()),
@@ -206,6 +243,10 @@ def main() -> None:
         "plain call": lambda: blocks(args.calls, "plain call", clean_env()),
         "@radt.phase function, radT drained": lambda: drained(args.calls, "decorated"),
     }
+    for rate in PACED:
+        block_conditions[f"paced {rate:,}/s for {args.paced_s:g} s, radT drained"] = (
+            lambda rate=rate: paced(rate, args.paced_s)
+        )
     per_block: dict[str, list[dict]] = {name: [] for name in block_conditions}
     per_run: dict[str, list[dict]] = {name: [] for name in TRAINING}
     with scratch("phases", keep=args.keep) as folder:
@@ -218,10 +259,24 @@ def main() -> None:
                 listener, phases = TRAINING[name]
                 per_run[name].append(train(folder, uri, listener, phases, args.steps))
             print(f"round {round_no + 1}: {name} done", file=sys.stderr, flush=True)
+        cost = profiler_cost(uri)
     floor = median([r["us_per_call"] for r in per_block["empty context manager"]])
     call = median([r["us_per_call"] for r in per_block["plain call"]])
-    rows = []
+    rows, capacity = [], []
     for name, done in per_block.items():
+        if name.startswith("paced"):
+            made = [r["made"] for r in done]
+            stored = [r["stored"] for r in done]
+            capacity.append(
+                [
+                    name,
+                    f"{median(made):,.0f}",
+                    f"{median(stored):,.0f}",
+                    f"{median([r['lost'] for r in done]):,.0f}",
+                    f"{min(s / m for s, m in zip(stored, made, strict=True)) * 100:.1f} %",
+                ]
+            )
+            continue
         us = [r["us_per_call"] for r in done]
         base = call if "function" in name or name == "plain call" else floor
         stored = [r["stored"] for r in done if "stored" in r]
@@ -240,6 +295,10 @@ def main() -> None:
         ["condition", "µs/block (median)", "min–max", "µs over the floor", "stored"],
         rows,
     )
+    text += "\n\n" + table(
+        ["paced run", "blocks made", "stored (median)", "reported lost", "stored, worst round"],
+        capacity,
+    )
     plain = median([r["examples_per_s"] for r in per_run["plain"]])
     rows = []
     for name, done in per_run.items():
@@ -250,10 +309,17 @@ def main() -> None:
                 f"{median(rates):,.0f}",
                 spread(rates, ",.0f"),
                 f"{(median(rates) / plain - 1) * 100:+.1f} %",
+                f"{median([r['seconds'] for r in done]):.1f}",
             ]
         )
-    columns = ["training (under radT)", "examples/s (median)", "min–max", "vs plain"]
-    print(text + "\n\n" + table(columns, rows))
+    columns = ["training (under radT)", "examples/s (median)", "min–max", "vs plain", "loop s"]
+    text += "\n\n" + table(columns, rows)
+    text += (
+        "\n\nThe torch listener's one-off cost in the training process (medians): starting "
+        f"the profiler {cost['start_ms']:,.0f} ms, writing the trace and table "
+        f"{cost['write_ms']:,.0f} ms."
+    )
+    print(text)
 
 
 if __name__ == "__main__":

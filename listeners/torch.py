@@ -27,7 +27,10 @@ emits, summed over the processes:
 - ``torch/capture/steps``: steps recorded; ``torch/capture/wall_ms``: their wall time;
 - ``torch/ops/self_cpu_time_ms``: self CPU time of every operator in them;
 - ``torch/ops/self_cuda_time_ms``: self CUDA time (only when CUDA was recorded);
-- ``torch/ops/calls`` and ``torch/ops/unique``: operator calls and distinct operators.
+- ``torch/ops/calls`` and ``torch/ops/unique``: operator calls and distinct operators;
+- ``torch/capture/start_ms`` and ``torch/capture/write_ms``: what starting the profiler and
+  writing its files cost the training process (once each; the steps in between run slower
+  too, as any profiled code does).
 
 Options (``-o torch.KEY=VALUE``): ``steps`` (default 5), ``skip`` (default 10), ``top``
 (default 30). A command that ends before the recorded steps are done keeps what was recorded
@@ -113,6 +116,8 @@ class StepProfiler:
         """Names of the radt.phase ranges opened in the trace (not operators)."""
         self.discard = False
         self.registered = False
+        self.start_ms = 0.0
+        """Time the training process spent starting the profiler."""
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str]) -> StepProfiler:
@@ -167,6 +172,7 @@ class StepProfiler:
         import torch
         from torch.profiler import ProfilerActivity, profile, schedule
 
+        began = time.perf_counter()
         self.cuda = bool(torch.cuda.is_available())
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -176,6 +182,7 @@ class StepProfiler:
             on_trace_ready=self._ready,
         )
         self.profile.start()
+        self.start_ms += (time.perf_counter() - began) * 1e3
         if not self.registered:
             self.registered = True
             atexit.register(self.finish)
@@ -207,6 +214,7 @@ class StepProfiler:
         if not recorded:
             self._note("the command ended before the profiler recorded a whole step")
             return
+        writing = time.perf_counter()
         profile.export_chrome_trace(str(self.folder / TRACE))
         rows = operator_rows(profile.key_averages(), self.cuda, leave_out=self.ranges)
         write_ops(self.folder / OPS, top_operators(rows, self.top, self.cuda))
@@ -226,6 +234,8 @@ class StepProfiler:
             ),
             "calls": sum(r["calls"] for r in rows),
             "unique": len(rows),
+            "start_ms": self.start_ms,
+            "write_ms": (time.perf_counter() - writing) * 1e3,
         }
         (self.folder / TOTALS).write_text(json.dumps(totals))
 
@@ -403,6 +413,8 @@ class TorchListener(Listener):
             "ops/self_cuda_time_ms": total("self_cuda_time_ms") if cuda else None,
             "ops/calls": total("calls"),
             "ops/unique": float(max(t.get("unique", 0) for _, t in profiled)),
+            "capture/start_ms": total("start_ms"),
+            "capture/write_ms": total("write_ms"),
         }
         when = max(float(t.get("ended_s") or time.time()) for _, t in profiled)
         run.emit(samples_from(when, self.name, values))

@@ -415,3 +415,50 @@ def test_recorded_phases_carry_the_scripts_times_and_constant_power_gives_energy
     assert total == pytest.approx(1.0, abs=1e-6)  # phases do not nest here
     assert table["energy_share"].sum() == pytest.approx(1.0, abs=1e-6)
     assert set(table["energy_method"]) == {"counter"}
+
+
+# ------------------------------------------------------------------ the time-series bands
+
+
+def test_bands_merge_below_a_pixel_and_stay_within_the_limit():
+    from radt.frontend.phases import PIXELS, phase_bands
+    from radt.frontend.series import RunLabel
+
+    n = 200_000
+    origin = 1_700_000_000.0
+    starts = origin + np.arange(n) * 0.01  # 4 phases of 10 ms, one after another, 2,000 s
+    frame = pd.DataFrame(
+        {
+            "run_id": "r1",
+            "phase": np.array(["data", "forward", "backward", "step"])[np.arange(n) % 4],
+            "start": pd.to_datetime(starts, unit="s", utc=True),
+            "end": pd.to_datetime(starts + 0.01, unit="s", utc=True),
+        }
+    )
+    runs = {"r1": RunLabel("r1", "run-a", int(origin * 1e6))}
+    whole = phase_bands(frame, runs)
+    # a pixel is 2,000 s / 1,500: each lane's 40 ms gaps merge; every lane is 1/4 of the time
+    assert whole.intervals == n and whole.drawn == 4 and whole.left_out == 0
+    assert whole.merge_s == pytest.approx(2000.0 / PIXELS, rel=1e-6)
+    assert whole.lanes == [f"run-a · {p} 25%" for p in ("data", "forward", "backward", "step")]
+    zoomed = phase_bands(frame, runs, lo=100.005, hi=100.405)  # each interval its own band
+    assert zoomed.intervals == 41 and zoomed.drawn == 41
+    limited = phase_bands(frame, runs, lo=100.005, hi=101.005, budget=8)  # 101 apart, 8 drawn
+    assert (limited.intervals, limited.drawn, limited.left_out) == (101, 8, 93)
+    trace = zoomed.traces[1]  # forward: rectangles of 5 corners and a gap each
+    assert trace.fill == "toself" and len(trace.x) == 6 * zoomed.traces[1].x.count(None)
+    x = [v for v in trace.x if v is not None]
+    assert min(x) == pytest.approx(100.01, abs=1e-6) and max(x) == pytest.approx(100.39, abs=1e-6)
+    wall = phase_bands(
+        frame, runs, relative=False, lo=(origin + 100.005) * 1e6, hi=(origin + 100.405) * 1e6
+    )
+    assert wall.drawn == 41
+    assert str(wall.traces[0].x[0]).startswith("2023-11-14T22:15:00")
+
+
+def test_bands_of_runs_not_shown_or_without_phases_are_nothing():
+    from radt.frontend.phases import phase_bands
+
+    assert phase_bands(None, {}).traces == []
+    empty = pd.DataFrame(columns=["run_id", "phase", "start", "end"])
+    assert phase_bands(empty, {"r": object()}).drawn == 0

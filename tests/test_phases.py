@@ -19,6 +19,7 @@ import pytest
 
 from radt.analysis.figures import counter_energy, integrate_power
 from radt.analysis.phases import UNMARKED, Cumulative, phase_table, union
+from radt.analysis.windows import counter_energy_between
 from radt.record.phases import SCHEMA, STREAM, PhaseWriter, compact_phases
 
 # ------------------------------------------------------------------ arithmetic
@@ -95,6 +96,12 @@ def test_whole_coverage_gives_the_same_energy_as_the_run_figures():
     assert covered == pytest.approx(seconds[-1] - seconds[0])
     joules, _ = Cumulative.from_power(seconds, watts).between(*map(np.array, whole))
     assert joules == pytest.approx(integrate_power(seconds, watts))
+    # inside the samples, the counter as the windows read it (interpolated at the bounds)
+    cut = Cumulative.from_counter(seconds, counter)
+    for lo, hi in rng.uniform(seconds[0], seconds[-1], (20, 2)):
+        lo, hi = min(lo, hi), max(lo, hi)
+        got, _ = cut.between(np.array([lo]), np.array([hi]))
+        assert got[0] == pytest.approx(counter_energy_between(seconds, counter, lo, hi))
 
 
 def test_processes_nested_phases_and_the_unmarked_rest():

@@ -99,14 +99,14 @@ class Cumulative:
     @classmethod
     def from_counter(cls, seconds: np.ndarray, values: np.ndarray) -> Cumulative | None:
         """An energy counter (J), its resets undone (the running sum of its increases)."""
-        import numpy as np
+
+        from radt.analysis.windows import unwrap_counter
 
         seconds, values = _finite_sorted(seconds, values)
         if len(seconds) < 2:
             return None
-        steps = np.diff(values)
-        joules = np.concatenate([[0.0], np.cumsum(np.where(steps >= 0, steps, 0.0))])
-        return cls(seconds, joules, seconds - seconds[0])
+        joules = unwrap_counter(values)
+        return cls(seconds, joules - joules[0], seconds - seconds[0])
 
     @classmethod
     def from_power(
@@ -147,11 +147,9 @@ class Cumulative:
     @property
     def interval_s(self) -> float:
         """The median sampling interval."""
-        import numpy as np
+        from radt.analysis.windows import sampling_interval
 
-        steps = np.diff(self.seconds)
-        steps = steps[steps > 0]
-        return float(np.median(steps)) if len(steps) else NAN
+        return sampling_interval(self.seconds)
 
 
 def _finite_sorted(seconds, values) -> tuple[np.ndarray, np.ndarray]:

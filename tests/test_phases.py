@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from radt.analysis.figures import counter_energy, integrate_power
-from radt.analysis.phases import UNMARKED, Cumulative, phase_table, union
+from radt.analysis.phases import INTERVAL_COLUMNS, UNMARKED, Cumulative, phase_table, union
 from radt.analysis.windows import counter_energy_between
 from radt.record.phases import SCHEMA, STREAM, PhaseWriter, compact_phases
 
@@ -422,6 +422,30 @@ def test_recorded_phases_carry_the_scripts_times_and_constant_power_gives_energy
     assert total == pytest.approx(1.0, abs=1e-6)  # phases do not nest here
     assert table["energy_share"].sum() == pytest.approx(1.0, abs=1e-6)
     assert set(table["energy_method"]) == {"counter"}
+
+    # the same tables through radt.summary and `radt export`
+    from radt.analysis.summary import summary
+
+    by = summary(runs=[run.info.run_id], tracking_uri=workspace.uri, by="phases")
+    pd.testing.assert_frame_equal(by, table)
+    done = workspace.run(["export", "--runs", run.info.run_id, "--phases", "-o", "iv.csv"])
+    assert done.returncode == 0, done.stderr
+    assert "wrote 12 phase intervals of 1 run to iv.csv" in done.stderr
+    written = pd.read_csv(workspace.root / "iv.csv")
+    assert list(written.columns) == list(INTERVAL_COLUMNS)
+    assert list(written["phase"]) == list(found["phase"])
+    assert written["duration_s"].tolist() == pytest.approx(found["duration_s"].tolist())
+    done = workspace.run(
+        ["export", "--runs", run.info.run_id, "--phase-summary", "-o", "table.parquet"]
+    )
+    assert done.returncode == 0, done.stderr
+    written = pd.read_parquet(workspace.root / "table.parquet")
+    assert list(written["phase"]) == list(table["phase"])
+    assert written["energy_share"].tolist() == pytest.approx(table["energy_share"].tolist())
+    done = workspace.run(
+        ["export", "--runs", run.info.run_id, "--phases", "--keys", "x", "-o", "-"]
+    )
+    assert done.returncode != 0 and "--phases takes no --keys" in done.stderr
 
 
 # ------------------------------------------------------------------ the time-series bands

@@ -494,3 +494,41 @@ def test_bands_of_runs_not_shown_or_without_phases_are_nothing():
     assert phase_bands(None, {}).traces == []
     empty = pd.DataFrame(columns=["run_id", "phase", "start", "end"])
     assert phase_bands(empty, {"r": object()}).drawn == 0
+
+
+def test_the_time_series_figure_gets_a_phase_panel_at_the_bottom():
+    from radt.frontend.pages.timeseries import _phases_note
+    from radt.frontend.series import RunLabel, timeseries_figure
+
+    origin = 1_700_000_000.0
+    frame = pd.DataFrame(
+        {
+            "run_id": "r1",
+            "key": "nvml/gpu0/power_w",
+            "timestamp": pd.to_datetime(origin + np.arange(100) * 0.1, unit="s", utc=True),
+            "value": 100.0,
+        }
+    )
+    starts = origin + np.arange(40) * 0.2
+    intervals = pd.DataFrame(
+        {
+            "run_id": "r1",
+            "phase": np.array(["data", "forward"])[np.arange(40) % 2],
+            "start": pd.to_datetime(starts, unit="s", utc=True),
+            "end": pd.to_datetime(starts + 0.15, unit="s", utc=True),
+        }
+    )
+    runs = {"r1": RunLabel("r1", "run-a", int(origin * 1e6))}
+    plain, _ = timeseries_figure(frame, runs, ["nvml/gpu0/power_w"])
+    fig, stats = timeseries_figure(frame, runs, ["nvml/gpu0/power_w"], phases=intervals)
+    assert len(fig.data) == len(plain.data) + 2
+    assert list(fig.layout.yaxis2.ticktext) == ["run-a · data 38%", "run-a · forward 38%"]
+    assert fig.layout.xaxis2.title.text == "seconds since the run started"
+    assert fig.layout.height > plain.layout.height
+    assert (stats.phase_intervals, stats.phase_bands, stats.phase_left_out) == (40, 40, 0)
+    assert _phases_note(stats, True) == ". Phases: 40 intervals in view as 40 bands"
+    stats.phase_bands, stats.phase_left_out, stats.phase_merge_s = 30, 4, 0.002
+    assert _phases_note(stats, True) == (
+        ". Phases: 40 intervals in view as 30 bands (those closer than 2 ms merged; "
+        "4 short bands not drawn; zoom in for single intervals)"
+    )

@@ -3,7 +3,10 @@
 Runs on a CPU in seconds. Under radT (``radt examples/train.py --epochs 1``)
 the loss lands in the run radT created, through ``MLFLOW_RUN_ID``, and
 ``radt.log_examples``/``radt.log_epoch`` record examples and epochs for the
-time- and energy-per-example summaries; on its own it makes a run of its own.
+time- and energy-per-example summaries, and ``radt.phase`` marks the phases of
+each step (data, forward, backward, step) for ``radt.phases`` (time and energy
+share per phase; with ``-l torch`` they show in the profiler's trace too). On
+its own it makes a run of its own.
 """
 
 from __future__ import annotations
@@ -71,12 +74,16 @@ def main() -> None:
         began = time.perf_counter()
         order = torch.randperm(args.examples)
         for first in range(0, args.examples, args.batch_size):
-            index = order[first : first + args.batch_size]
-            x, y = images[index].to(args.device), labels[index].to(args.device)
-            optimiser.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimiser.step()
+            with radt.phase("data"):
+                index = order[first : first + args.batch_size]
+                x, y = images[index].to(args.device), labels[index].to(args.device)
+            with radt.phase("forward"):
+                loss = loss_fn(model(x), y)
+            with radt.phase("backward"):
+                optimiser.zero_grad()
+                loss.backward()
+            with radt.phase("step"):
+                optimiser.step()
             radt.log_examples(len(index))
             if step % 10 == 0:
                 mlflow.log_metric("loss", loss.item(), step=step)

@@ -227,6 +227,31 @@ class Store:
                 self._cache.popitem(last=False)
         return found
 
+    def phase_intervals(self, runs: Sequence[RunInfo]) -> pd.DataFrame:
+        """The ``radt.phase`` intervals of the ended ``runs`` (``radt.phases``' intervals).
+
+        Runs still RUNNING have none yet (their artifact is written at the end); those of
+        ended runs are kept in memory like their samples.
+        """
+        from radt.analysis.phases import intervals
+
+        ended = sorted(r.run_id for r in runs if not r.running)
+        if not ended:
+            return pd.DataFrame(columns=["run_id", "phase", "start", "end"])
+        token = ("phases", tuple(ended))
+        with self._lock:
+            if token in self._cache:
+                self._cache.move_to_end(token)
+                return self._cache[token]
+        frame = self._call(lambda: intervals(runs=ended, tracking_uri=self.tracking_uri))
+        for column in ("run_id", "phase"):
+            frame[column] = frame[column].astype("category")
+        with self._lock:
+            self._cache[token] = frame
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return frame
+
     def runs(self, run_ids: Sequence[str]) -> dict[str, RunInfo]:
         """The runs and their workload (parent) runs, oldest first; unknown ids are an error."""
         from radt.analysis.load import select_runs

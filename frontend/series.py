@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from radt.frontend.downsample import DEFAULT_BUDGET, reduce
+from radt.frontend.phases import LANE_HEIGHT, phase_bands
 from radt.frontend.style import PALETTE, empty_figure
 
 UNITS: dict[str, str] = {
@@ -118,6 +119,11 @@ class SeriesStats:
     samples: int = 0
     shown: int = 0
     bands: int = 0
+    phase_intervals: int = 0
+    """radt.phase intervals in the window, drawn as ``phase_bands`` bands."""
+    phase_bands: int = 0
+    phase_left_out: int = 0
+    phase_merge_s: float = 0.0
 
     @property
     def downsampled(self) -> bool:
@@ -193,6 +199,7 @@ def timeseries_figure(
     budget: int = DEFAULT_BUDGET,
     revision: str = "",
     windows: Mapping[str, RunWindow] | None = None,
+    phases: pd.DataFrame | None = None,
 ) -> tuple[go.Figure, SeriesStats]:
     """Overlay ``keys`` of ``runs`` from a tidy ``frame`` (``radt.load``'s columns).
 
@@ -202,6 +209,9 @@ def timeseries_figure(
     most ``budget`` points, chosen by MinMaxLTTB. A run's colour is the same
     in every panel; keys within a panel differ by dash. ``windows`` (per run
     id) are shaded as bands in the run's colour (:func:`window_bands`).
+    ``phases`` (``radt.phase`` intervals, :func:`radt.analysis.phases.intervals`'
+    columns) are drawn as bands in lanes, in a panel of their own at the bottom
+    (:func:`radt.frontend.phases.phase_bands`: merged and limited to the window).
     ``revision`` becomes ``layout.uirevision``, so zoom and hidden traces
     survive a refresh of the same view.
     """
@@ -213,12 +223,22 @@ def timeseries_figure(
     if wanted.empty:
         return empty_figure("The selected runs hold no samples of these keys."), stats
     lo, hi = (None, None) if window is None else (_bound(w, relative) for w in window)
+    lanes = phase_bands(phases, runs, relative=relative, lo=lo, hi=hi)
+    stats.phase_intervals, stats.phase_bands = lanes.intervals, lanes.drawn
+    stats.phase_left_out, stats.phase_merge_s = lanes.left_out, lanes.merge_s
+    heights = [PANEL_HEIGHT] * len(names)
+    titles = [panel_title(n) for n in names]
+    if lanes.traces:
+        heights.append(LANE_HEIGHT * len(lanes.lanes) + 30)
+        titles.append("phases (radt.phase)")
+    rows = len(heights)
     fig = make_subplots(
-        rows=len(names),
+        rows=rows,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=min(0.08, 0.3 / len(names)),
-        subplot_titles=[panel_title(n) for n in names],
+        vertical_spacing=min(0.08, 0.3 / rows),
+        subplot_titles=titles,
+        row_heights=heights,
     )
     colours = {run_id: PALETTE[i % len(PALETTE)] for i, run_id in enumerate(runs)}
     by_key = {k: i for i, k in enumerate(dict.fromkeys(keys))}
@@ -256,18 +276,32 @@ def timeseries_figure(
             row=names.index(quantity(key)) + 1,
             col=1,
         )
+    for trace in lanes.traces:
+        fig.add_trace(trace, row=rows, col=1)
+    if lanes.traces:
+        fig.update_yaxes(
+            tickvals=list(range(len(lanes.lanes))),
+            ticktext=lanes.lanes,
+            range=[-0.6, len(lanes.lanes) - 0.4],
+            fixedrange=True,
+            showgrid=False,
+            zeroline=False,
+            automargin=True,
+            row=rows,
+            col=1,
+        )
     if windows:
-        stats.bands = window_bands(fig, windows, runs, colours, len(names), relative)
+        stats.bands = window_bands(fig, windows, runs, colours, rows, relative)
     for row, name in enumerate(names, start=1):
         fig.update_yaxes(title_text=split_unit(name)[1] or None, row=row, col=1)
     fig.update_xaxes(
         title_text="seconds since the run started" if relative else "time (UTC)",
-        row=len(names),
+        row=rows,
         col=1,
     )
     if window is not None:
         fig.update_xaxes(range=list(window), autorange=False)
-    height = max(320, PANEL_HEIGHT * len(names) + 120)
+    height = max(320, sum(heights) + 120)
     fig.update_layout(
         height=height,
         margin={"l": 60, "r": 20, "t": 40, "b": 50},

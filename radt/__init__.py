@@ -3,9 +3,10 @@
 from radt.analysis.figures import summarize_samples
 from radt.analysis.frontier import frontier
 from radt.analysis.load import load, load_wide
+from radt.analysis.phases import phases
 from radt.analysis.summary import repeats, summary
 from radt.listener import Listener, PolledListener, RunContext, Sample
-from radt.run_api import Run, log_epoch, log_examples, start_window
+from radt.run_api import Run, log_epoch, log_examples, phase, start_window, step
 
 __version__ = "0.3.0.dev0"
 
@@ -21,8 +22,11 @@ __all__ = [
     "load_wide",
     "log_epoch",
     "log_examples",
+    "phase",
+    "phases",
     "repeats",
     "start_window",
+    "step",
     "summarize_samples",
     "summary",
 ]

@@ -69,6 +69,10 @@ class RunContext:
     """Sets a tag on the run (e.g. which energy method a listener used)."""
     options: dict[str, str] = field(default_factory=dict)
     """Options from ``-o LISTENER.KEY=VALUE`` for this listener, as ``{KEY: VALUE}``."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables the command gets on top of its own: a wrapping listener that instructs code
+    inside the command (``torch``) sets them in :meth:`Listener.wrap`. Shared by the contexts
+    of one run."""
     clients: Sequence[Client] = ()
     """In a workload, its runs: a device-scope listener (which records in the workload's run)
     gives each run the series of its own processes through ``Client.emit``. Empty outside a
@@ -106,7 +110,10 @@ class Listener(ABC):
         """Stop observing and release every resource; safe to call twice."""
 
     def wrap(self, argv: list[str], run: RunContext) -> list[str]:
-        """Return the command to run instead of ``argv`` (wrapping listeners)."""
+        """Return the command to run instead of ``argv`` (wrapping listeners).
+
+        It may also set variables for the command in ``run.env``.
+        """
         return argv
 
     def collect(self, run: RunContext) -> None:  # noqa: B027 - optional hook

@@ -1,5 +1,5 @@
-"""The run API for training scripts: examples, epochs and the window start, cheap, and harmless
-without radT.
+"""The run API for training scripts: examples, epochs, the window start, steps and phases, cheap,
+and harmless without radT.
 
 Under radT the launcher names, in ``RADT_EVENTS``, a Unix datagram socket it listens on
 (``@radt-<run_id>``: Linux's abstract namespace). Each process of the command reports there, in
@@ -10,24 +10,36 @@ small text records (``radt1 <pid> <time> <kind> <value>``, one per line):
   :func:`start_window` and interpreter exit, always with the time of the last
   :func:`log_examples` call it includes (or of the epoch / window call);
 - ``epoch``: the epoch just finished, at the time of :func:`log_epoch`;
-- ``window``: a :func:`start_window` mark.
+- ``window``: a :func:`start_window` mark;
+- ``phase``: one finished :func:`phase` interval, in a record of six fields,
+  ``radt1 <pid> <start> phase <end> <name>`` (the name percent-encoded), sent in batches at most
+  once a second and at exit; ``phases_lost``: how many intervals a process had to drop because
+  radT could not take them (value = the count).
 
 ``time`` is the script's own ``time.time()``, read once per call. Sending never blocks: when radT
 cannot take a record now (its queue is full) the record is kept and goes with the next one; at
 exit radT gets a moment to drain. Nothing here talks to MLflow. Without radT every call is a
 no-op after a one-time notice, so one script works both ways.
+
+:func:`step` (and :func:`log_examples`) also advance the PyTorch profiler when radT's ``torch``
+listener asked for it through the environment (``RADT_TORCH_DIR``); without that variable
+nothing of the profiler is imported.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import functools
 import os
 import socket
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 PROTOCOL = "radt1"
 SEND_EVERY_S = 1.0
@@ -36,7 +48,13 @@ EXIT_WAIT_S = 1.0
 """At exit, how long a process waits for radT to make room for its last records."""
 MAX_PENDING = 10_000
 """Unsent records a process keeps (the oldest go first beyond this)."""
-MAX_DATAGRAM_B = 16_384
+MAX_DATAGRAM_B = 60_000
+"""Records per datagram up to this size (radT reads up to 64 KiB)."""
+RETRY_S = 0.05
+"""Phase records radT could not take yet are tried again this much later."""
+MAX_PHASES_PENDING = 200_000
+"""Finished phase intervals a process keeps unsent (beyond this the newest are dropped and
+counted: ``phases_lost``)."""
 
 
 class _Channel:
@@ -56,6 +74,12 @@ class _Channel:
         """Time carried by the last counter record made (the once-a-second clock)."""
         self.sent_total = 0
         self.pending: collections.deque[str] = collections.deque(maxlen=MAX_PENDING)
+        self.phases: list[tuple[str, float, float]] = []
+        """Finished phase intervals not yet formatted: ``(name, start, end)``."""
+        self.phase_lines: collections.deque[str] = collections.deque()
+        self.phases_lost = 0
+        self.phases_sent_t = 0.0
+        """When the phase intervals were last formatted and sent (the once-a-second clock)."""
         self.address: str = ""
         self.sock: socket.socket | None = None
         self.max_steps = 0
@@ -80,12 +104,13 @@ class _Channel:
                     self.address = "\0" + name[1:] if name.startswith("@") else name
                     self.on = True
                     atexit.register(_at_exit)
+                    _start_profiler()
                     return True
         if not self.noticed:
             self.noticed = True
             print(
-                "radt: not running under radT; radt.log_examples/log_epoch/start_window do "
-                "nothing (run the script as `radt script.py` to record them)",
+                "radt: not running under radT; radt.log_examples/log_epoch/start_window/phase "
+                "record nothing (run the script as `radt script.py` to record them)",
                 file=sys.stderr,
             )
         return False
@@ -98,6 +123,12 @@ class _Channel:
         self.last_t = 0.0
         self.sent_t = float("-inf")
         self.pending = collections.deque(maxlen=MAX_PENDING)
+        self.phases = []
+        self.phase_lines = collections.deque()
+        self.phases_lost = 0
+        self.phases_sent_t = 0.0
+        global _profiler
+        _profiler = None  # the parent's profiler is the parent's
 
     def counter(self, t: float) -> None:
         """Queue the counter at ``t`` (lock held)."""
@@ -108,32 +139,52 @@ class _Channel:
         """Queue a mark at ``t`` (lock held)."""
         self.pending.append(f"{PROTOCOL} {self.pid} {t!r} {kind} {value!r}\n")
 
+    def format_phases(self, t: float) -> None:
+        """Turn the finished phase intervals into records (lock held)."""
+        self.phases_sent_t = t
+        count = len(self.phases)
+        if not count:
+            return
+        done = self.phases[:count]
+        del self.phases[:count]  # intervals other threads add meanwhile stay for the next time
+        room = MAX_PHASES_PENDING - len(self.phase_lines)
+        if len(done) > room:
+            self.phases_lost += len(done) - max(room, 0)
+            done = done[: max(room, 0)]
+        head = f"{PROTOCOL} {self.pid} "
+        names = _phase_names
+        self.phase_lines.extend(
+            f"{head}{start!r} phase {end!r} {names.get(name) or _encode(name)}\n"
+            for name, start, end in done
+        )
+
     def send(self, wait_s: float = 0.0) -> None:
-        """Send what is queued (lock held); keep what radT cannot take now.
+        """Send what is queued (lock held), counter and marks first; keep what radT cannot take.
 
         ``wait_s`` > 0 retries a full queue for that long (at exit only).
         """
         if self.sock is None:
             return
         deadline = time.monotonic() + wait_s if wait_s else 0.0
-        while self.pending:
-            chunk, size = [], 0
-            for line in self.pending:
-                if chunk and size + len(line) > MAX_DATAGRAM_B:
-                    break
-                chunk.append(line)
-                size += len(line)
-            try:
-                self.sock.sendto("".join(chunk).encode(), self.address)
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
+        for queue in (self.pending, self.phase_lines):
+            while queue:
+                chunk, size = [], 0
+                for line in queue:
+                    if chunk and size + len(line) > MAX_DATAGRAM_B:
+                        break
+                    chunk.append(line)
+                    size += len(line)
+                try:
+                    self.sock.sendto("".join(chunk).encode(), self.address)
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return
+                    time.sleep(0.005)
+                    continue
+                except OSError:  # radT is gone (or never listened): nothing will take them
                     return
-                time.sleep(0.005)
-                continue
-            except OSError:  # radT is gone (or never listened): nothing will take them
-                return
-            for _ in chunk:
-                self.pending.popleft()
+                for _ in chunk:
+                    queue.popleft()
 
 
 _channel = _Channel()
@@ -150,6 +201,10 @@ def _at_exit() -> None:
     try:
         if channel.calls and channel.total != channel.sent_total:
             channel.counter(channel.last_t)
+        now = time.time()
+        channel.format_phases(now)
+        if channel.phases_lost:
+            channel.mark(now, "phases_lost", channel.phases_lost)
         channel.send(EXIT_WAIT_S)
     finally:
         if locked:
@@ -180,6 +235,9 @@ def log_examples(n: int) -> None:
         channel.send()
     finally:
         lock.release()
+        profiler = _profiler
+        if profiler is not None:
+            profiler.step(explicit=False)
     if done:
         print(
             f"radt: RADT_MAX_STEPS={channel.max_steps} steps done (a batch-size probe); "
@@ -234,7 +292,135 @@ def flush() -> None:
     with channel.lock:
         if channel.calls and channel.total != channel.sent_total:
             channel.counter(channel.last_t)
+        channel.format_phases(time.time())
         channel.send()
+
+
+# --------------------------------------------------------------------------- steps and phases
+
+_profiler: Any = None
+"""The torch listener's step profiler in this process (radt.listeners.torch), when asked for."""
+_phase_names: dict[str, str] = {}
+"""Phase names as sent (percent-encoded), by name."""
+_nvtx: Any = None
+"""``torch.cuda.nvtx`` when this process uses CUDA; None otherwise (decided at the first phase)."""
+_nvtx_decided = False
+
+
+def _start_profiler() -> None:
+    """Load the torch listener's step profiler when radT asked for one (``RADT_TORCH_DIR``)."""
+    global _profiler
+    if not os.environ.get("RADT_TORCH_DIR"):
+        return
+    try:
+        from radt.listeners.torch import StepProfiler
+
+        _profiler = StepProfiler.from_environment(os.environ)
+    except Exception as exc:  # the training goes on without a profile
+        print(f"radt: the torch listener cannot profile this process: {exc}", file=sys.stderr)
+        _profiler = None
+
+
+def step() -> None:
+    """Mark the end of a training step (call it after each optimizer step; cheap).
+
+    Only the ``torch`` listener's profiler uses it: it skips the first steps and then records
+    ``-o torch.steps=N`` of them. Without :func:`step`, each :func:`log_examples` call counts as
+    a step; once a process calls :func:`step`, only :func:`step` does (counting from its first
+    call).
+    """
+    channel = _channel
+    if not channel.on and (channel.decided or not channel.start()):
+        return
+    profiler = _profiler
+    if profiler is not None:
+        profiler.step(explicit=True)
+
+
+def _encode(name: str) -> str:
+    from urllib.parse import quote
+
+    encoded = quote(name, safe="")
+    if len(_phase_names) < 10_000:
+        _phase_names[name] = encoded
+    return encoded
+
+
+def _decide_nvtx() -> None:
+    """NVTX ranges only where the script itself loaded torch and CUDA is there."""
+    global _nvtx, _nvtx_decided
+    _nvtx_decided = True
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        if torch.cuda.is_available():
+            _nvtx = torch.cuda.nvtx
+    except Exception:  # a broken CUDA set-up: no ranges, the training goes on
+        _nvtx = None
+
+
+class phase:  # noqa: N801 - used like a function: ``with radt.phase("forward"):``
+    """Mark a phase of training: ``with radt.phase("forward"):`` or ``@radt.phase("step")``.
+
+    Under radT each interval (its ``time.time()`` at entry and exit) is kept in the process and
+    sent at most once a second and at exit (radT stores them in the artifact
+    ``radt/phases.parquet``; :func:`radt.phases` gives each phase's time and energy share).
+    When the script uses CUDA the interval is also an NVTX range (nsys and ncu show it), and
+    while the ``torch`` listener's profiler records, a ``record_function`` range in its trace.
+    Phases may nest; an interval is recorded when its block ends (also by an exception).
+    One object times one block at a time: use a fresh ``radt.phase(...)`` for a nested block of
+    the same name (the decorator does so on every call).
+    """
+
+    __slots__ = ("name", "started", "ranges")
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"radt.phase needs a non-empty name (a str), not {name!r}")
+        self.name = name
+        self.started = 0.0
+        self.ranges: Any = None
+
+    def __enter__(self) -> phase:
+        if not _nvtx_decided:
+            _decide_nvtx()
+        if _nvtx is not None:
+            _nvtx.range_push(self.name)
+        profiler = _profiler
+        if profiler is not None and profiler.recording:
+            self.ranges = profiler.range(self.name)
+        self.started = time.time()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        ended = time.time()
+        if self.ranges is not None:
+            self.ranges.__exit__(None, None, None)
+            self.ranges = None
+        if _nvtx is not None:
+            _nvtx.range_pop()
+        channel = _channel
+        if not channel.on and (channel.decided or not channel.start()):
+            return
+        channel.phases.append((self.name, self.started, ended))
+        if ended - channel.phases_sent_t >= SEND_EVERY_S:
+            with channel.lock:
+                channel.format_phases(ended)
+                channel.send()
+                if channel.phase_lines:  # radT's queue was full: try again soon
+                    channel.phases_sent_t = ended - SEND_EVERY_S + RETRY_S
+
+    def __call__(self, function: Callable[..., T]) -> Callable[..., T]:
+        """Use as a decorator: every call of ``function`` is one interval of this phase."""
+        name = self.name
+
+        @functools.wraps(function)
+        def timed(*args: Any, **kwargs: Any) -> T:
+            with phase(name):
+                return function(*args, **kwargs)
+
+        return timed
 
 
 class Run:
@@ -260,6 +446,8 @@ class Run:
     log_examples = staticmethod(log_examples)
     log_epoch = staticmethod(log_epoch)
     start_window = staticmethod(start_window)
+    step = staticmethod(step)
+    phase = phase
 
     def log_metric(self, key: str, value: float, step: int | None = None) -> None:
         """``mlflow.log_metric`` into this run."""

@@ -140,6 +140,23 @@ def _info(stats, window, frame, runs: dict[str, RunInfo]) -> str:
     return info
 
 
+def _phases_note(stats, relative: bool) -> str:
+    """What the phase panel shows: intervals in view, bands drawn, what merged or was left out."""
+    if not stats.phase_intervals:
+        return ""
+    note = (
+        f". Phases: {count(stats.phase_intervals, 'interval')} in view as "
+        f"{count(stats.phase_bands, 'band')}"
+    )
+    if stats.phase_bands < stats.phase_intervals:
+        gap = stats.phase_merge_s if relative else stats.phase_merge_s / 1e6
+        note += f" (those closer than {gap * 1e3:.3g} ms merged"
+        if stats.phase_left_out:
+            note += f"; {count(stats.phase_left_out, 'short band')} not drawn"
+        note += "; zoom in for single intervals)"
+    return note
+
+
 def register(app: Dash, store: Store) -> None:
     """The page's callbacks: one draws (keys, figure, live refresh), one follows zooms."""
 
@@ -192,6 +209,10 @@ def register(app: Dash, store: Store) -> None:
             missing = None
         except DataError as exc:
             bands, missing = {}, str(exc)
+        try:
+            phases, no_phases = store.phase_intervals(list(runs.values())), None
+        except DataError as exc:
+            phases, no_phases = None, str(exc)
         fig, stats = timeseries_figure(
             frame,
             _labels(runs),
@@ -201,6 +222,7 @@ def register(app: Dash, store: Store) -> None:
             budget=DEFAULT_BUDGET,
             revision=revision,
             windows=bands,
+            phases=phases,
         )
         live = any(r.running for r in runs.values())
         info = _info(stats, window, frame, runs)
@@ -211,6 +233,9 @@ def register(app: Dash, store: Store) -> None:
             )
         if missing:
             info += f". No window bands: {missing}"
+        info += _phases_note(stats, mode != "wall")
+        if no_phases:
+            info += f". No phases: {no_phases}"
         return available, picked, _keys_note(available), fig, info, revision, not live
 
     @app.callback(

@@ -23,12 +23,14 @@ def export_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radt export",
         usage="radt export -e EXPERIMENT [--runs ID ...] [--keys KEY ...] "
-        "[--summary | --repeats | --frontier | --wide FREQ] --format csv|parquet -o FILE",
+        "[--summary | --repeats | --frontier | --phases | --phase-summary | --wide FREQ] "
+        "--format csv|parquet -o FILE",
         description="Write the samples of runs (one row per sample, as radt.load returns "
-        "them), their summary (one row per run and per workload, as radt.summary), or "
+        "them), their summary (one row per run and per workload, as radt.summary), "
         "their repeats (one row per job × configuration × power limit, as "
-        "radt.summary(..., by='repeats')), or the time–energy frontier of each job (as "
-        "radt.frontier) to a CSV or Parquet file.",
+        "radt.summary(..., by='repeats')), the time–energy frontier of each job (as "
+        "radt.frontier), their phase intervals (one row per radt.phase block) or their "
+        "phase summary (one row per run and phase, as radt.phases) to a CSV or Parquet file.",
     )
     parser.add_argument("-e", "--experiment", help="experiment name or id")
     parser.add_argument("--runs", nargs="+", metavar="ID", help="run ids (with their workload)")
@@ -57,6 +59,18 @@ def export_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="per job, every configuration × power limit with its time and energy per "
         "example, on_frontier and energy_bloat_pct (as radt.frontier)",
+    )
+    what.add_argument(
+        "--phases",
+        action="store_true",
+        help="the runs' phase intervals (radt.phase): run_id, run_name, process, phase, "
+        "start, end, duration_s",
+    )
+    what.add_argument(
+        "--phase-summary",
+        action="store_true",
+        help="per run and phase: count, time share, GPU and CPU energy share (radt.phases; "
+        "docs/analysis.md, Phases)",
     )
     what.add_argument(
         "--wide",
@@ -119,7 +133,8 @@ def _check_output(target: Path, fmt: str) -> None:
 
 
 def run_export(argv: list[str]) -> int:
-    """``radt export``: samples, wide samples or the summary of runs, to CSV or Parquet."""
+    """``radt export``: samples, wide samples, the summary, repeats, phase intervals or the
+    phase summary of runs, to CSV or Parquet."""
     import pandas as pd
 
     from radt.analysis.load import load, load_wide
@@ -129,18 +144,14 @@ def run_export(argv: list[str]) -> int:
     fmt = _format(args)
     if args.output == "-" and fmt != "csv":
         raise UsageError("only csv can go to stdout (-o -); name a file for parquet")
-    table = next(
-        (
-            flag
-            for flag, on in (
-                ("--summary", args.summary),
-                ("--repeats", args.repeats),
-                ("--frontier", args.frontier),
-            )
-            if on
-        ),
-        None,
-    )
+    flags = {
+        "--summary": args.summary,
+        "--repeats": args.repeats,
+        "--frontier": args.frontier,
+        "--phases": args.phases,
+        "--phase-summary": args.phase_summary,
+    }
+    table = next((flag for flag, given in flags.items() if given), None)
     if table and (args.keys or args.start or args.end):
         raise UsageError(f"{table} takes no --keys, --start or --end (it uses every sample)")
     if args.output != "-":
@@ -161,6 +172,14 @@ def run_export(argv: list[str]) -> int:
 
         frame = frontier(**selection)
         what = "frontier point"
+    elif args.phases:
+        from radt.analysis.phases import intervals
+
+        frame = intervals(**selection)
+        what = "phase interval"
+    elif args.phase_summary:
+        frame = summary(**selection, by="phases")
+        what = "phase row"
     else:
         bounds = {"keys": args.keys, "start": _time(args.start), "end": _time(args.end)}
         if args.wide:
@@ -196,6 +215,12 @@ def run_export(argv: list[str]) -> int:
         f"radt: wrote {count(len(frame), what)} of {count(runs, 'run')} to {args.output}",
         file=sys.stderr,
     )
+    if (args.phases or args.phase_summary) and not len(frame):
+        print(
+            "radt: none of these runs marked phases: wrap parts of the training step in "
+            '`with radt.phase("forward"):` (README, the run API)',
+            file=sys.stderr,
+        )
     return 0
 
 

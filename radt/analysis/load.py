@@ -335,10 +335,15 @@ def cached_samples(client, run, cache_dir: Path) -> Path | None:
     download lands in a temporary folder beside the cache entry and is renamed
     into place, so an interrupted download never leaves a partial file.
     """
+    return cached_artifact(client, run, cache_dir, SAMPLES_ARTIFACT)
+
+
+def cached_artifact(client, run, cache_dir: Path, artifact: str) -> Path | None:
+    """The local copy of one artifact file of an ended run (as :func:`cached_samples`)."""
     import tempfile
 
     run_id = run.info.run_id
-    target = cache_dir / run_id / "samples.parquet"
+    target = cache_dir / run_id / Path(artifact).name
     if target.exists():
         return target
     if run.info.status not in TERMINAL:
@@ -347,7 +352,7 @@ def cached_samples(client, run, cache_dir: Path) -> Path | None:
     scratch = Path(tempfile.mkdtemp(prefix=".download-", dir=target.parent))
     try:
         try:
-            local = client.download_artifacts(run_id, SAMPLES_ARTIFACT, str(scratch))
+            local = client.download_artifacts(run_id, artifact, str(scratch))
         except Exception:
             return None  # no artifact: the run is read from its metric history
         if not Path(local).is_file():

@@ -668,7 +668,9 @@ def summary(
         tracking_uri: else ``MLFLOW_TRACKING_URI``, else ./mlflow.db.
         cache_dir: where samples artifacts are cached (default ``$RADT_HOME/cache``).
         by: ``"repeats"``: the table of :func:`repeats` instead (one row per
-            Job × configuration × power limit × basis, for providers and clients).
+            Job × configuration × power limit × basis, for providers and clients);
+            ``"phases"``: the table of :func:`radt.analysis.phases.phases` (one row
+            per run and ``radt.phase`` phase: time share, count, energy share).
 
     Returns:
         The columns of :data:`COLUMNS`, a workload's provider row first and its
@@ -697,8 +699,12 @@ def summary(
     """
     import pandas as pd
 
-    if by not in (None, "repeats"):
-        raise UsageError(f"by= takes 'repeats' or nothing, not {by!r}")
+    if by not in (None, "repeats", "phases"):
+        raise UsageError(f"by= takes 'repeats', 'phases' or nothing, not {by!r}")
+    if by == "phases":
+        from radt.analysis.phases import phases
+
+        return phases(experiment, runs, tracking_uri=tracking_uri, cache_dir=cache_dir)
     client = open_client(tracking_uri)
     chosen = select_runs(client, experiment, runs, include_workload=True)
     if runs is None:

@@ -154,6 +154,7 @@ def launch(options: LaunchOptions) -> int:
     supervisor = Supervisor([child], say, options.grace_s, options.max_time_min)
     try:
         child.argv = run.wrap(argv)
+        child.env.update(run.command_env)
         with supervisor:
             try:
                 child.start()

@@ -18,6 +18,7 @@ from radt.listener import Listener, PolledListener, RunContext
 from radt.record.decimate import Decimator
 from radt.record.events import EventReceiver
 from radt.record.finalize import finish, save_state
+from radt.record.phases import PhaseWriter
 from radt.record.recorder import Recorder
 from radt.record.runfolder import RunFolder, RunState, check_runs_root, runs_root
 from radt.record.sampler import Sampler
@@ -110,7 +111,9 @@ class RecordedRun:
         """The run-API channel of the run's command (``run_api``), bound before it starts."""
         if run_api:
             try:
-                self.events = EventReceiver(self.run_id, self.recorder.emit, warn)
+                self.events = EventReceiver(
+                    self.run_id, self.recorder.emit, warn, PhaseWriter(self.folder.path, warn)
+                )
             except OSError as exc:
                 warn(
                     f"cannot open the run-API channel ({exc.strerror or exc}); "
@@ -143,10 +146,18 @@ class RecordedRun:
         return replace(self.context, options=dict(self.listener_options.get(listener.name, {})))
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """The command as the wrapping listeners (nsys, ncu) change it."""
+        """The command as the wrapping listeners (nsys, ncu, torch) change it.
+
+        What they ask to add to the command's environment is then in :attr:`command_env`.
+        """
         for listener in self.listeners:
             argv = listener.wrap(argv, self.context_for(listener))
         return argv
+
+    @property
+    def command_env(self) -> dict[str, str]:
+        """Variables the listeners set for the command in :meth:`wrap`."""
+        return dict(self.context.env)
 
     def start_listeners(self, pid: int, command_start_s: float | None = None) -> None:
         """Start every listener on the process tree rooted at ``pid``.

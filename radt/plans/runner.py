@@ -386,7 +386,9 @@ class WorkloadRunner:
             prefix = f"\x1b[{COLOURS[index % len(COLOURS)]}m[{row.letter}]\x1b[0m "
         else:
             prefix = f"[{row.letter}] "
-        self.children.append(Child(run.wrap(argv), env, run.output_log, prefix, cwd))
+        argv = run.wrap(argv)
+        env.update(run.command_env)
+        self.children.append(Child(argv, env, run.output_log, prefix, cwd))
 
     def _start(self) -> None:
         for child, run in zip(self.children, self.runs, strict=True):

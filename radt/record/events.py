@@ -10,7 +10,10 @@ script's own timestamp:
 - ``script/run/epoch``: the epoch just finished, once per epoch (the first process to report it);
 - ``script/run/window_start``: 1 where ``radt.start_window()`` was called.
 
-A malformed record is ignored; how many there were is said once, when the channel closes.
+Phase intervals (``radt.phase``) are no samples: they go to a
+:class:`radt.record.phases.PhaseWriter`, when the run has one, and end up in the artifact
+``radt/phases.parquet``. A malformed record is ignored; how many there were is said once, when
+the channel closes, as are phase intervals a process reported it had to drop.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
+from urllib.parse import unquote
 
 from radt.listener import Emit, Sample
+from radt.record.phases import PhaseWriter
 from radt.words import count
 
 PROTOCOL = "radt1"
@@ -31,17 +36,28 @@ EXAMPLES_KEY = "script/run/examples"
 EPOCH_KEY = "script/run/epoch"
 WINDOW_KEY = "script/run/window_start"
 MAX_DATAGRAM_B = 65_536
+PHASE_COLUMNS = ["protocol", "pid", "start", "kind", "end", "name"]
 POLL_S = 0.1
 
 
 class EventReceiver:
     """The receiving end of one run's run-API channel; :meth:`close` it on every path."""
 
-    def __init__(self, run_id: str, emit: Emit, warn: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        emit: Emit,
+        warn: Callable[[str], None],
+        phases: PhaseWriter | None = None,
+    ) -> None:
         self.emit = emit
         self.warn = warn
+        self.phases = phases
         self.records = 0
         self.malformed = 0
+        self.phases_lost: dict[int, int] = {}
+        """Phase intervals each process said it dropped (radT could not take them in time)."""
+        self._names: dict[str, str] = {}
         self._counts: dict[int, int] = {}
         self._epochs: set[int] = set()
         self._stop = threading.Event()
@@ -70,6 +86,14 @@ class EventReceiver:
             self.drain()
         finally:
             self.sock.close()
+            if self.phases is not None:
+                self.phases.close()
+        lost = sum(self.phases_lost.values())
+        if lost:
+            self.warn(
+                f"{count(lost, 'phase interval')} not recorded: the script made them faster "
+                "than radT could take them"
+            )
         if self.malformed:
             self.warn(
                 f"ignored {count(self.malformed, 'malformed run-API record')} on {self.variable} "
@@ -90,6 +114,8 @@ class EventReceiver:
                 self._parse(data, samples)
             if samples:
                 self.emit(samples)
+            if self.phases is not None:
+                self.phases.tick()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -101,6 +127,9 @@ class EventReceiver:
                 self.drain()
 
     def _parse(self, data: bytes, samples: list[Sample]) -> None:
+        first = data[: data.find(b"\n")].split(b" ")
+        if len(first) == 6 and first[3] == b"phase" and self._phase_batch(data):
+            return
         try:
             text = data.decode("ascii")
         except UnicodeDecodeError:
@@ -117,6 +146,8 @@ class EventReceiver:
 
     def _record(self, line: str) -> Sample | object | None:
         parts = line.split()
+        if len(parts) == 6 and parts[0] == PROTOCOL and parts[3] == "phase":
+            return self._phase(parts)
         if len(parts) != 5 or parts[0] != PROTOCOL:
             return None
         _, pid_text, t_text, kind, value_text = parts
@@ -140,7 +171,95 @@ class EventReceiver:
             return Sample(t, EPOCH_KEY, value)
         if kind == "window":
             return Sample(t, WINDOW_KEY, 1.0)
+        if kind == "phases_lost":
+            if value < 0 or value != int(value):
+                return None
+            self.phases_lost[pid] = int(value)
+            return _SKIP
         return None
+
+    def _phase_batch(self, data: bytes) -> bool:
+        """A datagram of phase records only (the script sends them apart), read at once.
+
+        False, having taken nothing, when it is not all well-formed phase records: then the
+        records are read one by one (and the bad ones counted).
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.csv as csv
+
+        types = {"protocol": pa.string(), "pid": pa.int64(), "start": pa.float64(),
+                 "kind": pa.string(), "end": pa.float64(), "name": pa.string()}  # fmt: skip
+        try:
+            table = csv.read_csv(
+                pa.py_buffer(data),
+                read_options=csv.ReadOptions(column_names=PHASE_COLUMNS, use_threads=False),
+                parse_options=csv.ParseOptions(delimiter=" ", quote_char=False),
+                convert_options=csv.ConvertOptions(
+                    column_types=types, strings_can_be_null=False, quoted_strings_can_be_null=False
+                ),
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return False
+        start, end, pid = table["start"], table["end"], table["pid"]
+        good = pc.all(
+            pc.and_kleene(
+                pc.and_kleene(
+                    pc.equal(table["protocol"], PROTOCOL), pc.equal(table["kind"], "phase")
+                ),
+                pc.and_kleene(
+                    pc.and_kleene(pc.greater(pid, 0), pc.greater(start, 0.0)),
+                    pc.and_kleene(pc.is_finite(end), pc.greater_equal(end, start)),
+                ),
+            )
+        ).as_py()
+        if not good or table.num_rows == 0:
+            return False
+        names = pc.dictionary_encode(table["name"]).combine_chunks()
+        decoded = []
+        for quoted in names.dictionary.to_pylist():
+            name = self._names.get(quoted) or self._unquote(quoted)
+            if name is None:
+                return False
+            decoded.append(name)
+        self.records += table.num_rows
+        if self.phases is not None:
+            self.phases.add_batch(
+                pid.combine_chunks(),
+                pc.take(pa.array(decoded, pa.string()), names.indices),
+                start.combine_chunks(),
+                end.combine_chunks(),
+            )
+        return True
+
+    def _unquote(self, quoted: str) -> str | None:
+        """A phase name as sent (percent-encoded); None when it is not one."""
+        try:
+            name = unquote(quoted, errors="strict")
+        except UnicodeDecodeError:
+            return None
+        if not name or not quoted.isascii():
+            return None
+        if len(self._names) < 10_000:
+            self._names[quoted] = name
+        return name
+
+    def _phase(self, parts: list[str]) -> object | None:
+        """``radt1 <pid> <start> phase <end> <name>``: one interval to the phase writer."""
+        _, pid_text, start_text, _, end_text, quoted = parts
+        try:
+            pid, start, end = int(pid_text), float(start_text), float(end_text)
+        except ValueError:
+            return None
+        finite = math.isfinite(start) and math.isfinite(end)
+        if pid <= 0 or not finite or start <= 0 or end < start:
+            return None
+        name = self._names.get(quoted) or self._unquote(quoted)
+        if name is None:
+            return None
+        if self.phases is not None:
+            self.phases.add(pid, name, start, end)
+        return _SKIP
 
 
 _SKIP = object()

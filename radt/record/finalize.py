@@ -20,6 +20,8 @@ from mlflow.tracking import MlflowClient
 
 from radt.listener import Sample
 from radt.record.decimate import Decimator
+from radt.record.phases import ARTIFACT as PHASES_ARTIFACT
+from radt.record.phases import compact_phases
 from radt.record.runfolder import RunFolder, RunState, disk_full
 from radt.record.spool import compact, read_spool
 from radt.record.writer import MAX_BATCH, is_permanent
@@ -29,7 +31,7 @@ DOING = {
     "metrics": "send the metric stream",
     "samples": "upload the samples",
     "summary": "log the summary figures",
-    "artifacts": "upload the output log and environment",
+    "artifacts": "upload the output log, environment and phase intervals",
     "status": "set the final status",
 }
 
@@ -136,7 +138,7 @@ def finish(
         "summary": lambda: _log_points(
             client, state.run_id, summarize(client, folder, state, warn, samples.path())
         ),
-        "artifacts": lambda: _upload_attachments(client, folder, state),
+        "artifacts": lambda: _upload_attachments(client, folder, state, warn),
         "status": lambda: _set_status(client, state),
     }
     try:
@@ -226,9 +228,21 @@ class _Samples:
             self._scratch.cleanup()
 
 
-def _upload_attachments(client: MlflowClient, folder: RunFolder, state: RunState) -> None:
+def _upload_attachments(
+    client: MlflowClient, folder: RunFolder, state: RunState, warn: Callable[[str], None]
+) -> None:
+    failed: OSError | None = None
+    try:
+        _, problem = compact_phases(folder.path, state.run_id, folder.attachments / PHASES_ARTIFACT)
+    except OSError as exc:  # a full disk: the rest goes now, the phases with `radt sync`
+        failed, problem = exc, None
+        (folder.attachments / PHASES_ARTIFACT).unlink(missing_ok=True)
+    if problem:
+        warn(f"damaged phase intervals of run {state.run_id}: kept the whole batches ({problem})")
     if folder.attachments.is_dir() and any(folder.attachments.rglob("*")):
         client.log_artifacts(state.run_id, str(folder.attachments))
+    if failed is not None:
+        raise failed
 
 
 def _set_status(client: MlflowClient, state: RunState) -> None:

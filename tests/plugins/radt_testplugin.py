@@ -53,3 +53,27 @@ class AbsentListener(PolledListener):
 
     def poll(self) -> list[Sample]:
         return []
+
+
+class ConstantPowerListener(PolledListener):
+    """A GPU drawing exactly ``RADT_TEST_POWER_W`` watts (default 250): the stand-in for the
+    hardware in tests whose energy must be known exactly.
+
+    Emits ``nvml/gpu0/power_w`` = P and ``nvml/gpu0/energy_j`` = P × (seconds since it
+    started), both at the sample's own timestamp: an energy counter of a constant draw. Only
+    with ``-l constpower``."""
+
+    name = "constpower"
+    default_interval_s = 0.05
+    on_by_default = False
+
+    def open(self, run) -> None:
+        self.watts = float(os.environ.get("RADT_TEST_POWER_W", "250"))
+        self.origin = time.time()
+
+    def poll(self) -> list[Sample]:
+        now = time.time()
+        return [
+            Sample(now, "nvml/gpu0/power_w", self.watts),
+            Sample(now, "nvml/gpu0/energy_j", self.watts * (now - self.origin)),
+        ]

@@ -1,0 +1,73 @@
+"""Phases on the time-series page, end to end: a real radT run that marks phases, ``radt ui`` in a
+real process, Debian's headless Chromium through Playwright (helpers and fixtures of
+test_ui_browser.py, whose skip rules apply)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from conftest import new_workspace, wait_for
+from test_ui_browser import (  # noqa: F401 - browser and page are fixtures
+    browser,
+    figure,
+    open_runs,
+    page,
+    serve,
+    tick,
+    wait_text,
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+PHASED = """\
+import time, radt
+time.sleep(0.3)
+for step in range(40):
+    with radt.phase("data"):
+        time.sleep(0.01)
+    with radt.phase("forward"):
+        time.sleep(0.03)
+    radt.log_examples(8)
+"""
+
+
+@pytest.fixture(scope="module")
+def phased_ui(tmp_path_factory, template_db) -> Iterator[str]:
+    ws = new_workspace(tmp_path_factory.mktemp("ui-phases"), template_db)
+    ws.script("phased.py", PHASED)
+    done = ws.run(["-e", "ui-phases", "-n", "phased", "-l", "constpower", "phased.py"])
+    assert done.returncode == 0, done.stderr
+    with serve(ws) as url:
+        yield url
+
+
+LANES = "gd.layout[Object.keys(gd.layout).filter(k => k.startsWith('yaxis')).sort().pop()]"
+
+
+def test_phase_lanes_under_the_series_and_single_intervals_when_zoomed(page, phased_ui):  # noqa: F811
+    open_runs(page, phased_ui, "ui-phases")
+    tick(page, "phased")
+    page.click("#nav-time")
+    page.wait_for_selector("#ts-graph .scatterlayer .trace", state="attached")
+    wait_text(page, "#ts-info", "Phases: 80 intervals in view")
+    lanes = figure(page, "ts-graph", f"{LANES}.ticktext")
+    assert [re.sub(r" \d+%$", "", lane) for lane in lanes] == ["phased · data", "phased · forward"]
+    shares = [int(re.search(r"(\d+)%$", lane).group(1)) for lane in lanes]
+    assert shares[1] > shares[0] > 0  # forward takes three times data's time
+    names = figure(page, "ts-graph", "gd.data.map(t => t.name)")
+    assert set(lanes) <= set(names)
+    # zoom into two steps: every interval there is its own band
+    page.evaluate(
+        "(() => { const gd = document.querySelector('#ts-graph .js-plotly-plot');"
+        " const x0 = gd.data.filter(t => t.name.includes('· forward'))[0].x[0];"
+        " return Plotly.relayout(gd, {'xaxis.range[0]': x0 - 0.001, 'xaxis.range[1]': x0 + 0.08});"
+        " })()"
+    )
+    wait_text(page, "#ts-info", "zoomed in")
+    info = page.inner_text("#ts-info")
+    found = re.search(r"Phases: ([\d,]+) intervals? in view as ([\d,]+) bands?", info)
+    assert found, info
+    assert int(found.group(1)) < 80 and found.group(1) == found.group(2)  # nothing merged
+    wait_for(lambda: "merged" not in page.inner_text("#ts-info"), timeout=30)

@@ -58,7 +58,12 @@ def test_phase_lanes_under_the_series_and_single_intervals_when_zoomed(page, pha
     assert shares[1] > shares[0] > 0  # forward takes three times data's time
     names = figure(page, "ts-graph", "gd.data.map(t => t.name)")
     assert set(lanes) <= set(names)
-    # zoom into two steps: every interval there is its own band
+    # zoom into two steps, once the page has settled (a zoom made while a callback is still
+    # drawing the first figure is replaced by that figure): every interval there is its own band
+    wait_for(
+        lambda: page.evaluate("document.querySelector('[data-dash-is-loading=\"true\"]') === null"),
+        timeout=60,
+    )
     page.evaluate(
         "(() => { const gd = document.querySelector('#ts-graph .js-plotly-plot');"
         " const x0 = gd.data.filter(t => t.name.includes('· forward'))[0].x[0];"

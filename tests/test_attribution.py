@@ -506,3 +506,29 @@ def test_repeats_carry_the_estimates_and_their_method(study):
     mig = table[(table["view"] == "client") & (table["configuration"] == "4g.20gb+3g.20gb")]
     assert set(mig["energy_est_method"]) == {"mig_activity, mig_slices"}
     assert "energy_per_example_nj_est_mean" in table.columns
+
+
+def test_the_ui_shows_host_energy_and_the_estimates_labelled(study):
+    from radt.frontend.figures import client_energy_figure, efficiency_figure
+    from radt.frontend.pages.runs import grid_rows
+
+    _, _, ids, frame = study
+    rows = {r["run_id"]: r for r in grid_rows(frame)}
+    assert rows[ids["alone"]]["host_energy_per_example_nj"] == pytest.approx(0.18e9)
+    assert rows[ids["mps_a"]]["energy_est_method"] == "sm_util+equal"
+    hover = " ".join(str(c) for t in efficiency_figure(frame).data for c in t.customdata[:, 3])
+    assert "host (CPU+DRAM, whole machine): 180mJ per example, GPU+host 980mJ" in hover
+    assert "+10.0 % off the counter" in hover
+    fig = client_energy_figure(frame)
+    estimated = [t for t in fig.data if t.name.endswith("est.")]
+    assert {n for t in estimated for n in t.text} == {
+        "mps-A",
+        "mps-B",
+        "mig-A",
+        "mig-B",
+        "mig-slices-A",
+        "mig-slices-B",
+    }
+    assert all(t.marker.symbol.endswith("-open") for t in estimated)
+    mps = next(t for t in estimated if "mps-A" in t.text)
+    assert dict(zip(mps.text, mps.y, strict=True))["mps-A"] == pytest.approx(1.94, rel=1e-6)

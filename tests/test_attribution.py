@@ -532,3 +532,65 @@ def test_the_ui_shows_host_energy_and_the_estimates_labelled(study):
     assert all(t.marker.symbol.endswith("-open") for t in estimated)
     mps = next(t for t in estimated if "mps-A" in t.text)
     assert dict(zip(mps.text, mps.y, strict=True))["mps-A"] == pytest.approx(1.94, rel=1e-6)
+
+
+# --------------------------------------------------------------------------- real radT, fake RAPL
+
+# Once radT has the package, core and uncore counters open, the command raises package 0 at
+# 40 W (core 0 at 25 W, inside it) for one second, reports 512 examples, and waits for radT to
+# read the final values. Over the run (lifetime basis: no epochs) the host energy is the
+# package's 40 J (the core zone is not added again): 40 J / 512 = 78.1 mJ per example.
+RAPL_TRAIN = """
+import os, sys, time
+import mlflow
+sys.path.insert(0, {fakes!r})
+import powercap
+classes, tree = sys.argv[1], os.path.realpath(sys.argv[1] + "/../..")
+
+def opened():
+    found = 0
+    for fd in os.listdir(f"/proc/{{os.getppid()}}/fd"):
+        try:
+            target = os.readlink(f"/proc/{{os.getppid()}}/fd/{{fd}}")
+        except OSError:
+            continue
+        found += target.startswith(tree) and target.endswith("/energy_uj")
+    return found
+
+deadline = time.monotonic() + 60
+while opened() < 3 and time.monotonic() < deadline:
+    time.sleep(0.01)
+mlflow.log_metric("examples", 0, step=0)
+powercap.advance(classes, {{"0": 40.0, "0:0": 25.0}}, seconds=1.0)
+mlflow.log_metric("examples", 512, step=1)
+time.sleep(1.0)
+"""
+
+
+def test_a_real_run_with_a_fake_powercap_tree_shows_host_energy_in_radt_runs(workspace):
+    from conftest import FAKES, FIXTURES
+    from radt.frontend.pages.runs import grid_rows
+    from test_listener_rapl import powercap
+
+    folder = workspace.root.parent / "powercap"
+    folder.mkdir()
+    root = powercap.build(FIXTURES / "powercap_info_i5_13500.txt", folder)
+    workspace.script("train.py", RAPL_TRAIN.format(fakes=str(FAKES)))
+    done = workspace.run(
+        ["-e", "host", "-l", "rapl", "-o", f"rapl.root={root}", "--interval", "0.05"]
+        + ["train.py", str(root)]
+    )
+    assert done.returncode == 0, done.stderr
+    frame = summary("host", tracking_uri=workspace.uri)
+    (run,) = [r for _, r in frame.iterrows()]  # a lone run: one row
+    assert run["examples"] == 512
+    assert run["host_energy_j"] == pytest.approx(40.0, abs=1e-6), run["window_note"]
+    assert run["host_energy_per_example_nj"] == pytest.approx(40.0 / 512 * 1e9, rel=1e-6)
+    assert pd.isna(run["energy_j"])  # no GPU here: GPU and total energy are missing
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert run_runs(["-e", "host", "--tracking-uri", workspace.uri]) == 0
+    header, first = out.getvalue().splitlines()[:2]
+    assert "host energy/example" in header and "78.1 mJ" in first
+    (row,) = [r for r in grid_rows(frame) if r["run_id"] == run["run_id"]]
+    assert row["host_energy_per_example_nj"] == pytest.approx(40.0 / 512 * 1e9, rel=1e-6)

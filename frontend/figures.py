@@ -23,6 +23,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from radt.frontend.style import MODES, PALETTE, empty_figure, mode_colour
 
+from radt.analysis.attribution import crosscheck_flagged
+
 PROVIDERS = ("provider", "run")
 CLIENTS = ("client", "run")
 MIG_SLICES = 7
@@ -169,7 +171,13 @@ def efficiency_figure(frame: pd.DataFrame) -> go.Figure:
         return empty_figure(NO_EXAMPLES, title)
     if not (np.isfinite(seconds) & np.isfinite(joules)).any():
         return empty_figure(NO_ENERGY, title)
-    rows = rows.assign(_s=seconds, _j=joules, _basis=_basis(rows), _window=_window_text(rows))
+    rows = rows.assign(
+        _s=seconds,
+        _j=joules,
+        _basis=_basis(rows),
+        _window=_window_text(rows),
+        _check=host_text(rows) + crosscheck_text(rows),
+    )
     rows = rows[np.isfinite(rows["_s"]) & np.isfinite(rows["_j"])]
     symbols = _symbols(rows)
     mixed = rows["_basis"].nunique() > 1
@@ -189,10 +197,10 @@ def efficiency_figure(frame: pd.DataFrame) -> go.Figure:
                 textposition="top center",
                 name=f"{mode} · {cap}" + (f" · {basis}" if mixed else ""),
                 marker={"size": 12, "color": mode_colour(mode), "symbol": symbol},
-                customdata=part[["run_name", "examples", "_window"]].to_numpy(),
+                customdata=part[["run_name", "examples", "_window", "_check"]].to_numpy(),
                 hovertemplate="%{customdata[0]}<br>%{x:.3s}s per example<br>"
                 "%{y:.3s}J per example<br>%{customdata[1]:,.0f} examples in a "
-                "%{customdata[2]}<extra></extra>",
+                "%{customdata[2]}%{customdata[3]}<extra></extra>",
             )
         )
     fig.add_annotation(
@@ -211,6 +219,120 @@ def efficiency_figure(frame: pd.DataFrame) -> go.Figure:
     )
     fig.update_xaxes(title_text="provider time per example", ticksuffix="s", exponentformat="SI")
     fig.update_yaxes(title_text="provider energy per example", ticksuffix="J", exponentformat="SI")
+    return _finish(fig, title)
+
+
+def crosscheck_text(rows: pd.DataFrame) -> np.ndarray:
+    """Per row, a hover line when its energy cross-check is over the limit, else ``""``."""
+    if "energy_crosscheck_pct" not in rows:
+        return np.full(len(rows), "", dtype=object)
+    texts = [
+        f"<br>⚠ energy cross-check: the integral of power is {pct:+.1f} % off the counter"
+        if crosscheck_flagged(pct)
+        else ""
+        for pct in _finite(rows["energy_crosscheck_pct"]).to_numpy()
+    ]
+    return np.asarray(texts, dtype=object)
+
+
+def host_text(rows: pd.DataFrame) -> np.ndarray:
+    """Per row, a hover line with host (CPU + DRAM) and GPU + host energy per example, else ``""``.
+
+    The host figure is the whole machine's (RAPL has no per-process or per-GPU
+    split), which the line says.
+    """
+    if "host_energy_per_example_nj" not in rows:
+        return np.full(len(rows), "", dtype=object)
+    host = _finite(rows["host_energy_per_example_nj"]).to_numpy() * 1e-9
+    total = (
+        _finite(rows["total_energy_per_example_nj"]).to_numpy() * 1e-9
+        if "total_energy_per_example_nj" in rows
+        else np.full(len(rows), np.nan)
+    )
+    texts = []
+    for h, t in zip(host, total, strict=True):
+        if not np.isfinite(h):
+            texts.append("")
+            continue
+        line = f"<br>host (CPU+DRAM, whole machine): {_si(h)}J per example"
+        texts.append(line + (f", GPU+host {_si(t)}J" if np.isfinite(t) else ""))
+    return np.asarray(texts, dtype=object)
+
+
+def _si(value: float) -> str:
+    """``0.0123`` → ``12.3m`` (three significant digits and an SI prefix, as d3's ``.3s``)."""
+    if value == 0:
+        return "0"
+    prefixes = {-4: "p", -3: "n", -2: "µ", -1: "m", 0: "", 1: "k", 2: "M", 3: "G"}
+    power = max(-4, min(3, math.floor(math.log10(abs(value)) / 3)))
+    return f"{value / 1000.0**power:.3g}{prefixes[power]}"
+
+
+def client_energy_figure(frame: pd.DataFrame) -> go.Figure:
+    """Runs' time (x) against GPU energy (y) per example: measured solid, estimated hollow.
+
+    A lone run or a workload's only run has measured energy
+    (``energy_per_example_nj``); a collocated client has an estimate
+    (``energy_per_example_nj_est``, docs/analysis.md), drawn as a hollow marker
+    in its own legend entry ending ``est.``, its method in the hover. The two are
+    never one trace.
+    """
+    title = "Runs: time vs GPU energy per example (hollow: estimated share of a shared GPU)"
+    rows = frame[frame["level"].isin(CLIENTS)]
+    seconds = _finite(rows["time_per_example_ns"]).to_numpy() * 1e-9
+    if not np.isfinite(seconds).any():
+        return empty_figure(NO_EXAMPLES, title)
+    measured = _finite(rows["energy_per_example_nj"]).to_numpy() * 1e-9
+    estimated = (
+        _finite(rows["energy_per_example_nj_est"]).to_numpy() * 1e-9
+        if "energy_per_example_nj_est" in rows
+        else np.full(len(rows), np.nan)
+    )
+    methods = (
+        rows["energy_est_method"].astype(object).fillna("").astype(str).to_numpy()
+        if "energy_est_method" in rows
+        else np.full(len(rows), "", dtype=object)
+    )
+    kind = np.where(np.isfinite(measured), "measured", np.where(np.isfinite(estimated), "est", ""))
+    joules = np.where(kind == "measured", measured, estimated)
+    rows = rows.assign(
+        _s=seconds,
+        _j=joules,
+        _kind=kind,
+        _how=np.where(kind == "est", "estimated by " + methods.astype(object), "measured"),
+        _window=_window_text(rows),
+    )
+    rows = rows[np.isfinite(rows["_s"]) & np.isfinite(rows["_j"])]
+    if rows.empty:
+        return empty_figure(NO_ENERGY, title)
+    symbols = _symbols(rows)
+    fig = go.Figure()
+    for (mode, cap, what), part in _ordered(rows).groupby(
+        ["collocation", rows["power_limit_w"].map(power_label), "_kind"], sort=False
+    ):
+        estimate = what == "est"
+        fig.add_trace(
+            go.Scatter(
+                x=part["_s"],
+                y=part["_j"],
+                mode="markers+text",
+                text=part["run_name"],
+                textposition="top center",
+                name=f"{mode} · {cap}" + (" · est." if estimate else ""),
+                marker={
+                    "size": 12,
+                    "color": mode_colour(mode),
+                    "symbol": symbols[cap] + ("-open" if estimate else ""),
+                    "line": {"width": 2} if estimate else {},
+                },
+                customdata=part[["workload", "_how", "_window"]].to_numpy(),
+                hovertemplate="%{text} (%{customdata[0]})<br>%{x:.3s}s per example<br>"
+                "%{y:.3s}J per example" + (" (est.)" if estimate else "") + ", %{customdata[1]}"
+                "<br>%{customdata[2]}<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="time per example", ticksuffix="s", exponentformat="SI")
+    fig.update_yaxes(title_text="GPU energy per example", ticksuffix="J", exponentformat="SI")
     return _finish(fig, title)
 
 

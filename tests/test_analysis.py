@@ -598,6 +598,8 @@ def test_runs_table(store, tmp_path, capsys):
         "examples/s",
         "ms/example",
         "energy/example",
+        "est.",  # the collocated clients' estimates (equal split: no SM samples)
+        "energy/example",
         "slowdown",
         "basis",
         "run",
@@ -608,6 +610,7 @@ def test_runs_table(store, tmp_path, capsys):
     assert "naive x2" in pair and "0:20" in pair and "200.0" in pair and "1 J" in pair
     assert "20.0s" in pair and "5.000" in pair and "examples_lifetime" in pair
     assert any(line.startswith("  A: pair-A") and "1.71" in line for line in out)
+    assert all("(equal)" in line for line in out if line.startswith(("  A: pair", "  B: pair")))
     assert run_runs(["--tracking-uri", uri]) == 0
     assert "study" in capsys.readouterr().out
 

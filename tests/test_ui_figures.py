@@ -14,6 +14,7 @@ from radt.frontend.data import metric_keys
 from radt.frontend.downsample import minmax_lttb, reduce, window
 from radt.frontend.figures import (
     basis_note,
+    client_energy_figure,
     config_label,
     efficiency_figure,
     focus,
@@ -24,8 +25,9 @@ from radt.frontend.figures import (
     throughput_energy_figure,
     utilisation_figure,
 )
+from radt.frontend.pages.compare import CHARTS
 from radt.frontend.pages.runs import COLUMNS as GRID_COLUMNS
-from radt.frontend.pages.runs import grid_rows
+from radt.frontend.pages.runs import CROSSCHECK_STYLE, grid_rows
 from radt.frontend.series import (
     RunLabel,
     RunWindow,
@@ -449,6 +451,96 @@ def test_utilisation_per_run():
         "mig (workload)",
         "mps (workload)",
     ]
+
+
+def attributed(frame: pd.DataFrame) -> pd.DataFrame:
+    """The study with the energy columns of radt.analysis.attribution on some rows.
+
+    ``alone``: host 0.18 J and GPU+host 0.58 J per example, its power integral 10 %
+    above the counter (flagged); ``pair``: 2 % off (not flagged); the MPS clients
+    have estimates of 1.94 J and 2.16 J per example by ``sm_util+equal``; the
+    lone run ``alone-0`` is measured at 0.4 J per example.
+    """
+    frame = frame.copy()
+    at = frame.set_index("run_id").index.get_loc
+    frame.loc[at("alone"), ["host_energy_per_example_nj", "total_energy_per_example_nj"]] = [
+        0.18e9,
+        0.58e9,
+    ]
+    frame.loc[at("alone"), "energy_crosscheck_pct"] = 10.0
+    frame.loc[at("pair"), "energy_crosscheck_pct"] = -2.0
+    frame.loc[at("alone-0"), ["time_per_example_ns", "energy_per_example_nj"]] = [2e6, 4e8]
+    frame["energy_est_method"] = frame["energy_est_method"].astype(object)
+    for run, nj in (("mps-0", 1.94e9), ("mps-1", 2.16e9)):
+        frame.loc[at(run), ["time_per_example_ns", "energy_per_example_nj_est"]] = [3e6, nj]
+        frame.loc[at(run), "energy_est_method"] = "sm_util+equal"
+    return frame
+
+
+def test_workload_hover_shows_host_energy_and_flags_a_crosscheck_over_5_percent():
+    fig = efficiency_figure(attributed(study()))
+    hover = {
+        name: extra
+        for t in fig.data
+        for name, extra in zip(t.text, t.customdata[:, 3], strict=True)
+    }
+    assert "host (CPU+DRAM, whole machine): 180mJ per example, GPU+host 580mJ" in hover["alone"]
+    assert "energy cross-check: the integral of power is +10.0 % off the counter" in hover["alone"]
+    assert hover["pair"] == ""  # 2 % off: within the limit, no host energy recorded
+    assert hover["mig"] == hover["mps"] == ""
+    assert "%{customdata[3]}" in fig.data[0].hovertemplate
+    json.loads(pio.to_json(fig))
+
+
+def test_client_energy_draws_estimates_hollow_labelled_est_and_apart_from_measurements():
+    fig = client_energy_figure(attributed(study()))
+    traces = {t.name: t for t in fig.data}
+    assert set(traces) == {"none · default cap", "mps · default cap · est."}
+    measured, estimated = traces["none · default cap"], traces["mps · default cap · est."]
+    assert list(measured.text) == ["alone-A"] and not measured.marker.symbol.endswith("-open")
+    assert list(measured.y) == pytest.approx([0.4])
+    assert list(estimated.text) == ["mps-A", "mps-B"]
+    assert list(estimated.y) == pytest.approx([1.94, 2.16])  # joules per example
+    assert list(estimated.x) == pytest.approx([3e-3, 3e-3])
+    assert estimated.marker.symbol.endswith("-open")
+    assert "(est.)" in estimated.hovertemplate and "(est.)" not in measured.hovertemplate
+    assert set(estimated.customdata[:, 1]) == {"estimated by sm_util+equal"}
+    assert set(measured.customdata[:, 1]) == {"measured"}
+    json.loads(pio.to_json(fig))
+    assert "cmp-clients" in CHARTS
+
+
+def test_client_energy_without_energy_says_so():
+    timed = study().assign(time_per_example_ns=3e6)  # no client has energy or an estimate
+    fig = client_energy_figure(timed)
+    assert not fig.data and "No GPU energy" in annotations(fig)
+    no_examples = study().assign(time_per_example_ns=math.nan)
+    assert "No run reports examples" in annotations(client_energy_figure(no_examples))
+
+
+def test_grid_shows_host_energy_estimates_and_flags_the_crosscheck():
+    rows = {r["run_id"]: r for r in grid_rows(attributed(study()))}
+    json.dumps(list(rows.values()), allow_nan=False)
+    assert rows["alone"]["host_energy_per_example_nj"] == pytest.approx(0.18e9)
+    assert rows["mps-0"]["energy_est_method"] == "sm_util+equal"
+    assert rows["mps-0"]["energy_per_example_nj"] is None  # never the measured column
+    columns = {c["field"]: c for c in GRID_COLUMNS}
+    for field in (
+        "energy_crosscheck_pct",
+        "host_energy_j",
+        "host_energy_per_example_nj",
+        "total_energy_per_example_nj",
+        "energy_j_est",
+        "energy_per_example_nj_est",
+        "energy_est_method",
+        "idle_energy_j",
+    ):
+        assert field in columns
+    assert columns["energy_j_est"]["headerName"].startswith("est.")
+    assert columns["energy_per_example_nj_est"]["headerName"].startswith("est.")
+    (condition,) = CROSSCHECK_STYLE["styleConditions"]
+    assert "Math.abs(params.data.energy_crosscheck_pct) > 5" in condition["condition"]
+    assert columns["energy_crosscheck_pct"]["cellStyle"] is CROSSCHECK_STYLE
 
 
 # --------------------------------------------------------------------------- runs grid

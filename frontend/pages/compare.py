@@ -6,6 +6,7 @@ from dash import Dash, Input, Output, dcc, html
 from radt.frontend.data import DataError, Store
 from radt.frontend.figures import (
     basis_note,
+    client_energy_figure,
     efficiency_figure,
     focus,
     frontier_figure,
@@ -19,7 +20,14 @@ from radt.frontend.style import empty_figure
 from radt.analysis.frontier import frontier_table
 from radt.words import count
 
-CHARTS = ("cmp-efficiency", "cmp-bars", "cmp-slowdown", "cmp-util", "cmp-frontier")
+CHARTS = (
+    "cmp-efficiency",
+    "cmp-bars",
+    "cmp-slowdown",
+    "cmp-util",
+    "cmp-frontier",
+    "cmp-clients",
+)
 VIEWS = {
     "absolute": "time and energy per example",
     "normalised": "over the whole GPU at full power",
@@ -36,7 +44,7 @@ def _graph(graph_id: str) -> html.Div:
 
 
 def layout() -> html.Div:
-    """The page: a note on what is compared, the frontier (with its view), the four charts."""
+    """The page: a note on what is compared, the frontier (with its view), the other charts."""
     return html.Div(
         className="radt-page",
         children=[
@@ -57,6 +65,7 @@ def layout() -> html.Div:
             html.Div(className="radt-grid-2", children=[_graph(CHARTS[0]), _graph(CHARTS[2])]),
             _graph(CHARTS[1]),
             _graph(CHARTS[3]),
+            _graph(CHARTS[5]),
         ],
     )
 
@@ -75,7 +84,7 @@ def compare_note(workloads: int, chosen: int) -> str:
 
 
 def register(app: Dash, store: Store) -> None:
-    """The page's callback: one summary, the frontier and four charts."""
+    """The page's callback: one summary, the frontier and the other charts."""
 
     @app.callback(
         Output("cmp-note", "children"),
@@ -109,4 +118,5 @@ def register(app: Dash, store: Store) -> None:
             slowdown_figure(shown),
             utilisation_figure(shown),
             frontier_figure(frontier_table(shown), normalised=view == "normalised"),
+            client_energy_figure(shown),
         ]

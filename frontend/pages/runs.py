@@ -9,6 +9,7 @@ import pandas as pd
 from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from radt.frontend.data import DataError, Store
 
+from radt.analysis.attribution import CROSSCHECK_LIMIT_PCT
 from radt.words import count
 
 HIDDEN = {"height": "0px", "display": "none"}
@@ -40,12 +41,55 @@ def _si(scale: float, unit: str) -> dict:
     return {"function": _BLANK + f"d3.format('.3s')(params.value * {scale}) + '{unit}'"}
 
 
+_CHECK = "params.data.energy_crosscheck_pct"
+_FLAGGED = f"{_CHECK} != null && Math.abs({_CHECK}) > {CROSSCHECK_LIMIT_PCT:g}"
+CROSSCHECK_STYLE = {
+    "styleConditions": [
+        {"condition": _FLAGGED, "style": {"backgroundColor": "#fde2c8", "color": "#8a3b00"}}
+    ]
+}
+"""Orange where the energy counter and the integral of power differ by more than the limit."""
+CROSSCHECK_TIP = {
+    "function": f"{_FLAGGED} ? 'energy cross-check: the integral of power is ' + "
+    f"d3.format('+.1f')({_CHECK}) + ' % off the energy counter (over "
+    f"{CROSSCHECK_LIMIT_PCT:g} %)' : null"
+}
+_ESTIMATE = {"fontStyle": "italic", "color": "#555"}
+"""Estimates look apart from measurements."""
+
+
 def _col(field: str, header: str, fmt: dict | None = None, **extra) -> dict:
     column = {"field": field, "headerName": header, **extra}
     if fmt is not None:
         column.update(valueFormatter=fmt, filter="agNumberColumnFilter", type="rightAligned")
     return column
 
+
+ENERGY_COLUMNS = [
+    _col(
+        "energy_crosscheck_pct",
+        "energy cross-check (%)",
+        {"function": _BLANK + "d3.format('+.1f')(params.value)"},
+        width=170,
+        cellStyle=CROSSCHECK_STYLE,
+        tooltipValueGetter=CROSSCHECK_TIP,
+        headerTooltip="integral of power vs the energy counter over the window",
+    ),
+    _col("host_energy_j", "host energy (J)", _NUMBER, width=140),
+    _col("host_energy_per_example_nj", "host energy/example", _si(1e-9, "J"), width=160),
+    _col("total_energy_per_example_nj", "GPU+host energy/example", _si(1e-9, "J"), width=190),
+    _col("energy_j_est", "est. energy (J)", _NUMBER, width=130, cellStyle=_ESTIMATE),
+    _col(
+        "energy_per_example_nj_est",
+        "est. energy/example",
+        _si(1e-9, "J"),
+        width=160,
+        cellStyle=_ESTIMATE,
+    ),
+    _col("energy_est_method", "estimate method", width=150, cellStyle=_ESTIMATE),
+    _col("idle_energy_j", "idle floor energy (J)", _NUMBER, width=160),
+]
+"""Cross-check, host energy and the labelled per-client estimates (docs/analysis.md)."""
 
 COLUMNS = [
     _col("name", "run", pinned="left", minWidth=170),
@@ -76,7 +120,15 @@ COLUMNS = [
     _col("examples_per_s", "examples/s", _NUMBER, width=115),
     _col("time_per_example_ns", "time/example", _si(1e-9, "s"), width=125),
     _col("energy_j", "energy (J)", _NUMBER, width=110),
-    _col("energy_per_example_nj", "energy/example", _si(1e-9, "J"), width=135),
+    _col(
+        "energy_per_example_nj",
+        "energy/example",
+        _si(1e-9, "J"),
+        width=135,
+        cellStyle=CROSSCHECK_STYLE,
+        tooltipValueGetter=CROSSCHECK_TIP,
+    ),
+    *ENERGY_COLUMNS,
     _col("power_mean_w", "mean power (W)", _NUMBER, width=135),
     _col("util_mean_pct", "GPU util (%)", _NUMBER, width=120),
     _col("smact_mean_ratio", "SM activity", _RATIO, width=115),

@@ -320,7 +320,32 @@ def runs_table(frame: pd.DataFrame) -> str:
                 str(row.run_id),
             ]
         )
-    return _table(header, rows, right={4, 5, 6, 7, 8, 9})
+    header, rows, right = _energy_columns(frame, header, rows, {4, 5, 6, 7, 8, 9})
+    return _table(header, rows, right)
+
+
+def _energy_columns(frame: pd.DataFrame, header: list[str], rows: list[list[str]], right):
+    """``host energy/example`` and ``est. energy/example`` after ``energy/example``, when any
+    row has them (an estimate carries its method: it is never a measurement)."""
+    extra: list[tuple[str, list[str]]] = []
+    host = frame.get("host_energy_per_example_nj")
+    if host is not None and host.notna().any():
+        extra.append(("host energy/example", [_si(v * 1e-9, "J") for v in host]))
+    estimate = frame.get("energy_per_example_nj_est")
+    if estimate is not None and estimate.notna().any():
+        methods = frame["energy_est_method"]
+        cells = [
+            "-" if not math.isfinite(v) else f"{_si(v * 1e-9, 'J')} ({m})"
+            for v, m in zip(estimate.astype(float), methods, strict=True)
+        ]
+        extra.append(("est. energy/example", cells))
+    if not extra:
+        return header, rows, right
+    at = header.index("energy/example") + 1
+    header = header[:at] + [name for name, _ in extra] + header[at:]
+    rows = [row[:at] + [cells[i] for _, cells in extra] + row[at:] for i, row in enumerate(rows)]
+    right = {i if i < at else i + len(extra) for i in right} | set(range(at, at + len(extra)))
+    return header, rows, right
 
 
 def notes(frame: pd.DataFrame) -> list[str]:
@@ -329,6 +354,23 @@ def notes(frame: pd.DataFrame) -> list[str]:
     for row in frame.itertuples(index=False):
         if isinstance(row.window_note, str) and row.window_note:
             found.append(f"{row.run_name or row.run_id}: {row.window_note}")
+    return found
+
+
+def crosscheck_notes(frame: pd.DataFrame) -> list[str]:
+    """``name: the integral of power is 7.2 % above the energy counter`` for each row whose
+    energy cross-check is over the limit (docs/analysis.md)."""
+    from radt.analysis.attribution import crosscheck_flagged
+
+    found = []
+    for row in frame.itertuples(index=False):
+        pct = getattr(row, "energy_crosscheck_pct", None)
+        if crosscheck_flagged(pct):
+            side = "above" if pct > 0 else "below"
+            found.append(
+                f"{row.run_name or row.run_id}: the integral of power is {abs(pct):.1f} % "
+                f"{side} the energy counter"
+            )
     return found
 
 
@@ -367,6 +409,15 @@ def run_runs(argv: list[str]) -> int:
     found = notes(frame)
     if found:
         print("\nmissing figures:\n  " + "\n  ".join(found), file=sys.stderr)
+    checked = crosscheck_notes(frame)
+    if checked:
+        from radt.analysis.attribution import CROSSCHECK_LIMIT_PCT
+
+        print(
+            f"\nenergy cross-check (counter vs integrated power, over {CROSSCHECK_LIMIT_PCT:g} %):"
+            "\n  " + "\n  ".join(checked),
+            file=sys.stderr,
+        )
     if frame["examples"].isna().all():
         print(
             "\nno run reports examples: call radt.log_examples(n) in the training script "

@@ -23,7 +23,9 @@ has its own energy; a client that is the only run of its workload gets the
 workload's energy and device figures over its own window (the GPU was its
 alone); a collocated client's share of the GPU is not measured (NVML has no
 power per MIG slice or per MPS client), so its energy is NaN and
-``energy_method`` is ``none``. Units: ns = 1e9 × s, nJ = 1e9 × J.
+``energy_method`` is ``none``; :mod:`radt.analysis.attribution` adds its
+labelled estimate (``energy_j_est``), the energy cross-check and host energy.
+Units: ns = 1e9 × s, nJ = 1e9 × J.
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from radt.analysis.attribution import (
+    ATTRIBUTION_COLUMNS,
+    ATTRIBUTION_KEYS,
+    attribute,
+    repeat_methods,
+)
+from radt.analysis.attribution import REPEAT_FIGURES as ATTRIBUTION_REPEATS
 from radt.analysis.figures import (
     DEVICE_FIGURES,
     FIGURES,
@@ -75,6 +84,7 @@ SUMMARY_KEYS = (
     "*/gpu*/mem_used_mib",
     "top/proc/rss_mib",
     "script/run/*",
+    *ATTRIBUTION_KEYS,
 )
 """The keys :func:`summary` loads: all that the figures and the windows read."""
 COLUMNS = (
@@ -119,6 +129,7 @@ COLUMNS = (
     "examples_per_s_norm",
     "time_per_example_norm",
     "energy_per_example_norm",
+    *ATTRIBUTION_COLUMNS,
     "window_note",
     "experiment_id",
 )
@@ -135,6 +146,7 @@ REPEAT_FIGURES = (
     "examples_per_s_norm",
     "time_per_example_norm",
     "energy_per_example_norm",
+    *ATTRIBUTION_REPEATS,
 )
 """The figures :func:`repeats` aggregates."""
 REPEAT_KEYS = ("view", "job", "configuration", "power_limit_w", "basis")
@@ -695,6 +707,12 @@ def summary(
         - ``*_norm``: figures over the Job's ``none`` baseline at the default
           power limit (a provider: over what the baselines would need for the
           same examples);
+        - ``energy_counter_j``, ``energy_power_integral_j``,
+          ``energy_crosscheck_pct``: the counter against integrated power;
+          ``host_energy_j`` (CPU + DRAM, rapl) and per example,
+          ``total_energy_per_example_nj``; a collocated client's estimate
+          ``energy_j_est`` by ``energy_est_method``; the idle floor
+          (:mod:`radt.analysis.attribution`);
         - ``window_note``: why a figure is missing, ``; ``-separated.
     """
     import pandas as pd
@@ -750,6 +768,7 @@ def summary(
     needed = [by_id[i] for i in sorted(wanted, key=lambda i: _order(by_id[i]))]
     tables, _ = load_tables(client, needed, KeyFilter(SUMMARY_KEYS), cache_dir=cache_dir)
     _compute(records, needed, tables, children)
+    attribute(records, needed, tables, children)
 
     baselines = sorted(
         (r for r in (records[i] for i in wanted) if r.baseline_candidate),
@@ -853,6 +872,7 @@ def repeats(frame: pd.DataFrame, figures: Sequence[str] = REPEAT_FIGURES) -> pd.
         "count",
         "run_ids",
         *(f"{name}_{stat}" for name in figures for stat in STATISTICS),
+        "energy_est_method",
     ]
     if not parts:
         return pd.DataFrame(columns=columns)
@@ -872,5 +892,6 @@ def repeats(frame: pd.DataFrame, figures: Sequence[str] = REPEAT_FIGURES) -> pd.
             entry[f"{name}_std"] = values.std(ddof=1)
             entry[f"{name}_min"] = values.min()
             entry[f"{name}_max"] = values.max()
+        entry.update(repeat_methods(group))
         out.append(entry)
     return pd.DataFrame(out, columns=columns)

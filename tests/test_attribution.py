@@ -5,9 +5,8 @@ First the pure arithmetic, then runs recorded the way radT records them
 known timelines: a GPU stand-in whose power steps at known times (its energy
 counter the exact integral), per-client SM utilisation and per-GPU-instance
 activity at known values, and RAPL zones at known powers. Every expected
-figure is computed by hand in the comments. Last, real radT processes with the
-stand-ins of tests/fakes: a powercap tree for host energy, fake pynvml and
-dcgmi for MPS and MIG workloads.
+figure is computed by hand in the comments. Last, a real radT process with the
+powercap stand-in of tests/fakes for host energy.
 """
 
 from __future__ import annotations
@@ -538,11 +537,14 @@ def test_the_ui_shows_host_energy_and_the_estimates_labelled(study):
 
 # Once radT has the package, core and uncore counters open, the command raises package 0 at
 # 40 W (core 0 at 25 W, inside it) for one second, reports 512 examples, and waits for radT to
-# read the final values. Over the run (lifetime basis: no epochs) the host energy is the
-# package's 40 J (the core zone is not added again): 40 J / 512 = 78.1 mJ per example.
+# read the final values. The window runs from the first reported example (made once the
+# counters are open: a bound at the command's start could fall before radT's first reading on a
+# loaded machine) to the last, each 0.3 s (6 readings) away from the rise, so the counter is flat
+# at both bounds; the host energy in it is the package's 40 J (the core zone is not added
+# again): 40 J / 512 = 78.1 mJ per example.
 RAPL_TRAIN = """
 import os, sys, time
-import mlflow
+import radt
 sys.path.insert(0, {fakes!r})
 import powercap
 classes, tree = sys.argv[1], os.path.realpath(sys.argv[1] + "/../..")
@@ -560,9 +562,11 @@ def opened():
 deadline = time.monotonic() + 60
 while opened() < 3 and time.monotonic() < deadline:
     time.sleep(0.01)
-mlflow.log_metric("examples", 0, step=0)
+radt.log_examples(0)
+time.sleep(0.3)
 powercap.advance(classes, {{"0": 40.0, "0:0": 25.0}}, seconds=1.0)
-mlflow.log_metric("examples", 512, step=1)
+time.sleep(0.3)
+radt.log_examples(512)
 time.sleep(1.0)
 """
 

@@ -8,8 +8,8 @@ import pytest
 from radt.errors import UsageError
 from radt.launch.registry import Discovered, parse_names, select
 from radt.listener import Sample, samples_from
-from radt.record.decimate import Decimator
 from radt.record.compact import compact
+from radt.record.decimate import Decimator
 from radt.record.spool import SpoolWriter, read_spool
 
 

@@ -371,39 +371,24 @@ def read_samples(
 ) -> pa.Table:
     """The samples of one ``samples.parquet`` file whose key ``keys`` accepts, within [lo, hi].
 
-    Keys are matched on each chunk's dictionary (one check per distinct key),
-    and when few keys are wanted only the ``key`` column is read before the
-    rows are chosen.
+    A key-sorted artifact is read through its key index: only the row groups
+    holding the keys and times asked for (:mod:`radt.analysis.artifact`). An
+    artifact of the older, time-sorted layout is read whole and filtered.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    from radt.analysis.artifact import Artifact
 
-    parquet = pq.ParquetFile(path)
-    table = parquet.read(columns=["key"]) if not keys.everything else None
-    mask = None
-    if table is not None:
-        pieces = []
-        for chunk in table.column("key").chunks:
-            chunk = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
-            wanted = [i for i, k in enumerate(chunk.dictionary.to_pylist()) if keys(k)]
-            pieces.append(pc.is_in(chunk.indices, value_set=pa.array(wanted, chunk.indices.type)))
-        mask = pa.chunked_array(pieces, pa.bool_())
-        if not pc.any(mask).as_py():
-            return _arrow().samples.empty_table()
-    table = parquet.read(columns=list(_arrow().samples.names))
-    if mask is not None:
-        table = table.filter(mask)
-    if lo is not None or hi is not None:
-        stamps = table.column("timestamp")
-        keep = None
-        if lo is not None:
-            keep = pc.greater_equal(stamps, pa.scalar(lo.to_pydatetime(), _arrow().stamp))
-        if hi is not None:
-            below = pc.less_equal(stamps, pa.scalar(hi.to_pydatetime(), _arrow().stamp))
-            keep = below if keep is None else pc.and_(keep, below)
-        table = table.filter(keep)
+    table = Artifact(path).read(keys, keys.everything, _lo_us(lo), _hi_us(hi))
     return _conform(table)
+
+
+def _lo_us(bound: pd.Timestamp | None) -> int | None:
+    """A lower time bound as whole microseconds (``timestamp >= bound``)."""
+    return None if bound is None else -(-bound.value // 1000)
+
+
+def _hi_us(bound: pd.Timestamp | None) -> int | None:
+    """An upper time bound as whole microseconds (``timestamp <= bound``)."""
+    return None if bound is None else bound.value // 1000
 
 
 def _conform(table: pa.Table) -> pa.Table:
@@ -417,7 +402,7 @@ def _conform(table: pa.Table) -> pa.Table:
         if pa.types.is_dictionary(field.type) and not pa.types.is_dictionary(column.type):
             column = pc.dictionary_encode(column.cast(pa.string()))
         columns.append(column.cast(field.type))
-    return pa.table(columns, schema=_arrow().samples)
+    return pa.Table.from_arrays(columns, schema=_arrow().samples)
 
 
 def metric_history(
@@ -455,29 +440,62 @@ def metric_history(
     )
 
 
-def _constant(value: str | None, n: int) -> pa.DictionaryArray:
-    """A dictionary array of ``n`` times ``value`` (all null when None), without copies."""
+def _constant(value: str | None, n: int, index=None) -> pa.DictionaryArray:
+    """A dictionary array of ``n`` times ``value`` (all null when None), one byte a row
+    with ``index`` ``int8`` (the default is ``int32``, the samples schema's)."""
     import numpy as np
     import pyarrow as pa
 
+    index = index or pa.int32()
     if value is None:
-        return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
+        return pa.DictionaryArray.from_arrays(pa.nulls(n, index), pa.array([], pa.string()))
     return pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string())
+        pa.array(np.zeros(n, index.to_pandas_dtype()), index), pa.array([value], pa.string())
     )
 
 
 def _sort_samples(table: pa.Table) -> pa.Table:
+    """Rows ordered by time, then key (as strings); ties keep their order.
+
+    Without a copy of the keys as strings: each row's key becomes its rank among
+    the dictionary's values. A key-sorted artifact needs one stable sort by time
+    (a merge of its keys' sorted runs), and none at all for a single key.
+    """
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if table.num_rows == 0:
+    if table.num_rows < 2:
         return table
-    order = pc.sort_indices(
-        pa.table({"t": table.column("timestamp"), "k": table.column("key").cast(pa.string())}),
-        sort_keys=[("t", "ascending"), ("k", "ascending")],
+    column = table.column("key")
+    names = sorted({name for chunk in column.chunks for name in chunk.dictionary.to_pylist()})
+    position = {name: i for i, name in enumerate(names)}
+    ranks = np.concatenate(
+        [
+            np.fromiter((position[k] for k in chunk.dictionary.to_pylist()), np.int32)[
+                chunk.indices.to_numpy(zero_copy_only=False)
+            ]
+            for chunk in column.chunks
+            if len(chunk)
+        ]
     )
-    return table.take(order)
+    micros = pc.cast(table.column("timestamp"), pa.int64()).to_numpy()
+    if np.all(ranks[1:] >= ranks[:-1]):
+        if np.all(micros[1:] >= micros[:-1]) and (len(names) == 1 or np.all(ranks == ranks[0])):
+            return table
+        order = np.argsort(micros, kind="stable")
+    else:
+        small = ranks.astype(np.int16) if len(names) < 2**15 else ranks
+        by_key = np.argsort(small, kind="stable")
+        order = by_key[np.argsort(micros[by_key], kind="stable")]
+    del ranks, micros
+    indices = pa.array(order)
+    columns = table.columns
+    names_ = table.schema
+    del table
+    for i in range(len(columns)):
+        columns[i] = columns[i].take(indices)
+    return pa.Table.from_arrays(columns, schema=names_)
 
 
 def _script_keys(run, keys: KeyFilter, with_system: bool) -> list[str]:
@@ -493,22 +511,16 @@ def _script_keys(run, keys: KeyFilter, with_system: bool) -> list[str]:
     return sorted(names)
 
 
-def load_tables(
+def prepare(
     client,
     selected: Sequence,
-    keys: KeyFilter,
     start: TimeBound = None,
     end: TimeBound = None,
     cache_dir: Path | None = None,
-) -> tuple[dict[str, pa.Table], dict[str, str]]:
-    """The samples of each run as Arrow tables, and where they came from.
-
-    Returns ``({run_id: table}, {run_id: "artifact" | "metrics"})``: downloads
-    (or cache hits) and metric histories run on a pool of threads.
-    """
+) -> list[_Plan]:
+    """What to read for each run: its time bounds and its cached samples artifact, if any
+    (downloaded on a pool of threads)."""
     from concurrent.futures import ThreadPoolExecutor
-
-    import pyarrow as pa
 
     from radt.record.runfolder import radt_home
 
@@ -523,6 +535,17 @@ def load_tables(
         ):
             plan.artifact = path
             plan.source = "artifact" if path is not None else "metrics"
+    return plans
+
+
+def read_plans(client, plans: Sequence[_Plan], keys: KeyFilter) -> dict[str, pa.Table]:
+    """The samples of each planned run as one Arrow table, ordered by time, then key."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+
+    workers = max(1, min(MAX_THREADS, 4 * len(plans)))
+    with ThreadPoolExecutor(workers, thread_name_prefix="radt-load") as pool:
         jobs = []
         for index, plan in enumerate(plans):
             run_id = plan.run.info.run_id
@@ -539,35 +562,116 @@ def load_tables(
             parts.setdefault(index, []).append(future.result())
     tables: dict[str, pa.Table] = {}
     for index, plan in enumerate(plans):
-        pieces = parts.get(index, [])
-        if plan.artifact is not None and len(pieces) == 1:
-            table = pieces[0]  # the artifact alone: already sorted by time, then key
-        elif pieces:
-            table = _sort_samples(pa.concat_tables(pieces))
+        pieces = parts.pop(index, [])
+        if pieces:
+            table = _sort_samples(pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0])
         else:
             table = _arrow().samples.empty_table()
+        del pieces
         tables[plan.run.info.run_id] = table
-    return tables, {p.run.info.run_id: p.source for p in plans}
+    return tables
+
+
+def load_tables(
+    client,
+    selected: Sequence,
+    keys: KeyFilter,
+    start: TimeBound = None,
+    end: TimeBound = None,
+    cache_dir: Path | None = None,
+) -> tuple[dict[str, pa.Table], dict[str, str]]:
+    """The samples of each run as Arrow tables, and where they came from.
+
+    Returns ``({run_id: table}, {run_id: "artifact" | "metrics"})``: downloads
+    (or cache hits) and metric histories run on a pool of threads. Each table is
+    ordered by time, then key.
+    """
+    plans = prepare(client, selected, start, end, cache_dir)
+    return read_plans(client, plans, keys), {p.run.info.run_id: p.source for p in plans}
+
+
+# --------------------------------------------------------------------------- memory
+
+BYTES_PER_ROW = 64
+"""Memory :func:`load` needs per sample: the tidy frame (about 32 bytes: time, value,
+one-byte codes of the text columns) and, while it is built, the Arrow table it comes from."""
+LIMIT_VARIABLE = "RADT_LOAD_LIMIT_MIB"
+
+
+def memory_limit() -> int:
+    """Bytes :func:`load` may use: ``$RADT_LOAD_LIMIT_MIB``, else 80 % of the memory
+    available now."""
+    import psutil
+
+    given = os.environ.get(LIMIT_VARIABLE, "").strip()
+    if given:
+        try:
+            return int(float(given) * 2**20)
+        except ValueError:
+            raise UsageError(f"{LIMIT_VARIABLE} must be a number of MiB, got {given!r}") from None
+    return int(psutil.virtual_memory().available * 0.8)
+
+
+def _gib(size: float) -> str:
+    return f"{size / 2**30:.1f} GiB" if size >= 2**29 else f"{size / 2**20:.0f} MiB"
+
+
+def check_fits(plans: Sequence[_Plan], keys: KeyFilter) -> None:
+    """Refuse, with what to ask for instead, a load larger than :func:`memory_limit`.
+
+    The rows are counted from each artifact's key index before anything is read
+    (runs read from MLflow's decimated metrics are small and not counted).
+    """
+    from radt.analysis.artifact import Artifact
+
+    counts = []
+    for plan in plans:
+        if plan.artifact is None:
+            continue
+        artifact = Artifact(plan.artifact)
+        rows = artifact.estimate_rows(keys, _lo_us(plan.lo), _hi_us(plan.hi))
+        counts.append((rows, plan.run.info.run_id, artifact.keys()))
+    rows = sum(c[0] for c in counts)
+    need, limit = rows * BYTES_PER_ROW, memory_limit()
+    if need <= limit:
+        return
+    _, biggest, names = max(counts)
+    example = next((k for k in names or [] if k.endswith("power_w")), (names or ["KEY"])[0])
+    held = f"run {biggest} holds {len(names)} keys, e.g. {example!r}; " if names else ""
+    raise UsageError(
+        f"loading {rows:,} samples needs about {_gib(need)} of memory, more than the "
+        f"{_gib(limit)} available ({LIMIT_VARIABLE} sets the limit); ask for less: {held}"
+        "fewer keys (keys=[...], patterns such as 'nvml/*/power_w'), a time window "
+        "(start=, end=: seconds from each run's start, or times), or "
+        "radt.load_wide(..., freq='10s'), which averages each key into time bins as it reads"
+    )
 
 
 def _tidy_table(selected: Sequence, tables: dict[str, pa.Table]) -> pa.Table:
+    """The runs' samples with their run columns, as one table (tables are handed over:
+    ``tables`` is emptied as they are used, so each run's table can be freed)."""
     import pyarrow as pa
 
+    narrow = pa.int8()
     pieces = []
     for run in selected:
-        table = tables[run.info.run_id]
+        table = tables.pop(run.info.run_id)
         n = table.num_rows
-        columns = {"run_id": _constant(run.info.run_id, n)}
+        columns = {"run_id": _constant(run.info.run_id, n, narrow)}
         columns.update({name: table.column(name) for name in _arrow().samples.names})
-        columns.update({name: _constant(v, n) for name, v in run_columns(run).items()})
-        pieces.append(pa.table(columns).select(_arrow().tidy.names).cast(_arrow().tidy))
+        columns.update({name: _constant(v, n, narrow) for name, v in run_columns(run).items()})
+        del table
+        pieces.append(pa.table(columns).select(list(TIDY_COLUMNS)))
     if not pieces:
         return _arrow().tidy.empty_table()
-    return pa.concat_tables(pieces)
+    return pa.concat_tables(pieces, promote_options="permissive") if len(pieces) > 1 else pieces[0]
 
 
 def _to_pandas(table: pa.Table) -> pd.DataFrame:
-    frame = table.to_pandas()
+    """The tidy table as pandas, freeing each Arrow column once converted (the table must
+    not be used afterwards)."""
+    frame = table.to_pandas(split_blocks=True, self_destruct=True)
+    del table
     if frame["timestamp"].dtype != "datetime64[us, UTC]":
         frame["timestamp"] = frame["timestamp"].astype("datetime64[us, UTC]")
     return frame
@@ -616,13 +720,17 @@ def load(
         ``artifact`` (full rate) or MLflow's ``metrics`` (decimated).
 
     Raises:
-        UsageError: unknown experiment or run, or no tracking store.
+        UsageError: unknown experiment or run, no tracking store, or more samples than
+            fit in memory (:func:`check_fits`: the message says how to ask for less).
     """
     client = open_client(tracking_uri)
     selected = select_runs(client, experiment, runs, include_workload)
-    tables, sources = load_tables(client, selected, KeyFilter(keys), start, end, cache_dir)
+    wanted = KeyFilter(keys)
+    plans = prepare(client, selected, start, end, cache_dir)
+    check_fits(plans, wanted)
+    tables = read_plans(client, plans, wanted)
     frame = _to_pandas(_tidy_table(selected, tables))
-    frame.attrs["radt.source"] = sources
+    frame.attrs["radt.source"] = {p.run.info.run_id: p.source for p in plans}
     return frame
 
 
@@ -657,37 +765,137 @@ def load_wide(
         raise UsageError(f"freq must be a positive duration, got {freq!r}")
     client = open_client(tracking_uri)
     selected = select_runs(client, experiment, runs, include_workload)
-    tables, sources = load_tables(client, selected, KeyFilter(keys), start, end, cache_dir)
-    frame = _to_pandas(
-        _tidy_table(selected, tables).select(["run_id", "key", "timestamp", "value"])
-    )
-    starts = pd.Series({r.info.run_id: run_start(r) for r in selected}, dtype="datetime64[us, UTC]")
-    if frame.empty:
+    wanted = KeyFilter(keys)
+    plans = prepare(client, selected, start, end, cache_dir)
+    sources = {p.run.info.run_id: p.source for p in plans}
+    check_wide_fits(plans, wanted, step)
+    frames = []
+    for plan in plans:
+        run_id = plan.run.info.run_id
+        names, bins, means = _binned_means(client, plan, wanted, step.value)
+        if not len(bins):
+            continue
+        rows, row_of = np.unique(bins, return_inverse=True)
+        grid = np.full((len(rows), len(names)), np.nan)
+        grid[row_of, means[0]] = means[1]
+        elapsed = rows * step.total_seconds()
+        stamps = run_start(plan.run) + pd.to_timedelta(rows * step.value, unit="ns")
+        part = pd.DataFrame(grid, columns=names)
+        part.insert(0, "timestamp", pd.DatetimeIndex(stamps).astype("datetime64[us, UTC]"))
+        part.index = pd.MultiIndex.from_arrays(
+            [np.full(len(rows), run_id, object), elapsed], names=["run_id", "elapsed_s"]
+        )
+        frames.append(part)
+    if not frames:
         wide = pd.DataFrame(
             {"timestamp": pd.Series(dtype="datetime64[us, UTC]")},
             index=pd.MultiIndex.from_arrays([[], []], names=["run_id", "elapsed_s"]),
         )
         wide.attrs["radt.source"] = sources
         return wide
-    run_codes = frame["run_id"].cat
-    origins = pd.DatetimeIndex([starts[r] for r in run_codes.categories]).as_unit("us")
-    offsets = pd.DatetimeIndex(frame["timestamp"].array) - origins.take(run_codes.codes.to_numpy())
-    frame = frame.assign(bin=np.asarray(offsets // step, np.int64))
-    wide = frame.pivot_table(
-        index=["run_id", "bin"], columns="key", values="value", aggfunc="mean", observed=True
-    )
-    wide.columns = wide.columns.astype(str)
-    wide.columns.name = None
-    wide = wide.reindex(columns=sorted(wide.columns))
-    run_ids = wide.index.get_level_values("run_id").astype(str)
-    bin_index = wide.index.get_level_values("bin").to_numpy(np.int64)
-    elapsed = bin_index * step.total_seconds()
-    stamps = pd.DatetimeIndex(starts.reindex(run_ids).array) + pd.to_timedelta(
-        bin_index * step.value, unit="ns"
-    )
-    wide.insert(0, "timestamp", stamps.astype("datetime64[us, UTC]"))
-    wide.index = pd.MultiIndex.from_arrays([run_ids, elapsed], names=["run_id", "elapsed_s"])
-    order = {r.info.run_id: i for i, r in enumerate(selected)}
-    wide = wide.iloc[np.lexsort((elapsed, [order[r] for r in run_ids]))]
+    wide = pd.concat(frames) if len(frames) > 1 else frames[0]
+    keys_sorted = sorted(c for c in wide.columns if c != "timestamp")
+    wide = wide.reindex(columns=["timestamp", *keys_sorted])
     wide.attrs["radt.source"] = sources
     return wide
+
+
+def _run_pieces(client, plan: _Plan, keys: KeyFilter):
+    """The samples of one planned run, a piece at a time: the artifact's (key-sorted) pieces,
+    then each metric read from MLflow's history."""
+    if plan.artifact is not None:
+        from radt.analysis.artifact import Artifact
+
+        artifact = Artifact(plan.artifact)
+        yield from artifact.pieces(keys, keys.everything, _lo_us(plan.lo), _hi_us(plan.hi))
+    for name in _script_keys(plan.run, keys, with_system=plan.artifact is None):
+        yield metric_history(client, plan.run.info.run_id, name, plan.lo, plan.hi)
+
+
+def _binned_means(client, plan: _Plan, keys: KeyFilter, step_ns: int):
+    """One run's samples averaged per key and time bin, a piece at a time.
+
+    Returns the keys, and for every (key, bin) holding samples: the bin (counted
+    from the run's start), and (the key's position in the keys, the mean).
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    origin_us = run_start(plan.run).value // 1000
+    names: list[str] = []
+    position: dict[str, int] = {}
+    partial: list[tuple[np.ndarray, ...]] = []
+    for piece in _run_pieces(client, plan, keys):
+        column = piece.column("key")
+        codes = []
+        for chunk in column.chunks:
+            if not pa.types.is_dictionary(chunk.type):
+                chunk = chunk.dictionary_encode()
+            lookup = np.array(
+                [position.setdefault(k, len(position)) for k in chunk.dictionary.to_pylist()],
+                np.int64,
+            )
+            codes.append(lookup[chunk.indices.to_numpy(zero_copy_only=False)])
+        code = np.concatenate(codes) if codes else np.empty(0, np.int64)
+        micros = pc.cast(piece.column("timestamp"), pa.int64()).to_numpy()
+        values = piece.column("value").to_numpy()
+        del piece, column
+        bins = (micros - origin_us) * 1000 // step_ns
+        partial.append(_sums(code, bins, values, np.ones(len(values), np.int64)))
+    names = sorted(position, key=position.__getitem__)
+    if not partial:
+        return names, np.empty(0, np.int64), (np.empty(0, np.int64), np.empty(0))
+    code, bins, sums, counts = (np.concatenate(p) for p in zip(*partial, strict=True))
+    code, bins, sums, counts = _sums(code, bins, sums, counts)
+    return names, bins, (code, sums / counts)
+
+
+def _sums(code, bins, values, counts):
+    """Sums of ``values`` and ``counts`` per (code, bin), sorted by code, then bin."""
+    import numpy as np
+
+    if len(code) == 0:
+        return code, bins, values, counts
+    ordered = np.all((code[1:] > code[:-1]) | ((code[1:] == code[:-1]) & (bins[1:] >= bins[:-1])))
+    if not ordered:
+        order = np.lexsort((bins, code))
+        code, bins, values, counts = code[order], bins[order], values[order], counts[order]
+    starts = np.flatnonzero(
+        np.concatenate([[True], (code[1:] != code[:-1]) | (bins[1:] != bins[:-1])])
+    )
+    return (
+        code[starts],
+        bins[starts],
+        np.add.reduceat(values, starts),
+        np.add.reduceat(counts, starts),
+    )
+
+
+def check_wide_fits(plans: Sequence[_Plan], keys: KeyFilter, step) -> None:
+    """Refuse a :func:`load_wide` whose table (bins × keys) would not fit in memory."""
+    from radt.analysis.artifact import Artifact
+
+    cells = 0
+    for plan in plans:
+        if plan.artifact is None:
+            continue
+        artifact = Artifact(plan.artifact)
+        lo, hi = _lo_us(plan.lo), _hi_us(plan.hi)
+        entries = list(artifact._wanted(keys, lo, hi)) if artifact.index is not None else []
+        if not entries:
+            continue
+        first = min(e.first_us for e in entries) if lo is None else lo
+        last = max(e.last_us for e in entries) if hi is None else hi
+        bins = min(
+            max(1, (last - first) * 1000 // step.value + 1),
+            sum(e.rows for e in entries),
+        )
+        cells += bins * len(entries)
+    need, limit = cells * 8 * 3, memory_limit()
+    if need > limit:
+        raise UsageError(
+            f"a table with {cells:,} cells of {step} bins needs about {_gib(need)} of memory, "
+            f"more than the {_gib(limit)} available ({LIMIT_VARIABLE} sets the limit); ask for "
+            "less: a longer freq=, fewer keys (keys=[...]) or a time window (start=, end=)"
+        )

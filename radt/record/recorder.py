@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from radt.listener import Sample, SampleBatch, Samples
 from radt.record.decimate import Decimator
-from radt.record.spool import SpoolWriter, samples_to_batch
+from radt.record.spool import SpoolWriter, as_table
 from radt.record.writer import BatchWriter
 from radt.words import count
 
@@ -87,11 +87,7 @@ class Recorder:
     def _flush(self) -> None:
         with self._lock:
             pieces, self._buffer = self._buffer, []
-        tables = [
-            piece if isinstance(piece, pa.Table) else pa.Table.from_batches([samples_to_batch(piece)])
-            for piece in pieces
-            if len(piece)
-        ]
+        tables = [as_table(piece) for piece in pieces if len(piece)]
         if not tables:
             return
         batch = pa.concat_tables(tables) if len(tables) > 1 else tables[0]

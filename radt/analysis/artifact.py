@@ -2,10 +2,11 @@
 
 An artifact of the key-sorted layout (:mod:`radt.record.compact`) carries a
 key index: the rows of the keys asked for are found there, the row groups
-that hold them are read (those outside a time window are skipped by their
-statistics), and the rows are cut exactly, by key and by a binary search on
-time. An artifact of the older, time-sorted layout has no index: it is read
-whole and filtered (its keys on each chunk's dictionary), as before.
+that hold them are read (those where the key's times, which the index gives
+per row group, lie outside the time window are skipped), and the rows are cut
+exactly, by key and by a binary search on time. An artifact of the older,
+time-sorted layout has no index: it is read whole and filtered (its keys on
+each chunk's dictionary), as before.
 
 Either way the result holds exactly the rows a full read and filter would,
 with the text columns as Arrow dictionaries.
@@ -39,6 +40,8 @@ class KeyRows:
     rows: int
     first_us: int
     last_us: int
+    crossings: tuple[int, ...] = ()
+    """The timestamp of the key's first row in each row group after its first."""
 
 
 class Artifact:
@@ -52,11 +55,13 @@ class Artifact:
         self.index: list[KeyRows] | None = None
         """The key index; None for the older, time-sorted layout."""
         if extra.get(LAYOUT_KEY.encode()) == LAYOUT.encode():
-            self.index = [KeyRows(*entry) for entry in json.loads(extra[INDEX_KEY.encode()])]
+            self.index = [
+                KeyRows(*entry[:5], tuple(entry[5]))
+                for entry in json.loads(extra[INDEX_KEY.encode()])
+            ]
         sizes = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
         self.group_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.num_rows = meta.num_rows
-        self._stamp_column = self.file.schema_arrow.get_field_index("timestamp")
 
     def keys(self) -> list[str] | None:
         """The keys the artifact holds, sorted; None when it has no index (older layout)."""
@@ -113,16 +118,14 @@ class Artifact:
             if table.num_rows:
                 yield table
             return
-        if everything and lo_us is None and hi_us is None:
-            parts = [(0, self.num_rows)] if self.num_rows else []
-            groups = self._parts_by_group(parts, None, None)
+        if lo_us is None and hi_us is None:
+            if everything:
+                ranges = [(0, self.num_rows)] if self.num_rows else []
+            else:
+                ranges = [(e.first_row, e.first_row + e.rows) for e in self._wanted(wanted)]
+            groups = self._ranges_by_group(_merge_adjacent(ranges))
         else:
-            ranges = [
-                (e.first_row, e.first_row + e.rows) for e in self._wanted(wanted, lo_us, hi_us)
-            ]
-            if lo_us is None and hi_us is None:
-                ranges = _merge_adjacent(ranges)
-            groups = self._parts_by_group(ranges, lo_us, hi_us)
+            groups = self._keys_by_group(self._wanted(wanted, lo_us, hi_us), lo_us, hi_us)
         batch: list[tuple[int, list[tuple[int, int]]]] = []
         held = 0
         for group, parts in groups:
@@ -136,7 +139,7 @@ class Artifact:
             if piece.num_rows:
                 yield piece
 
-    def _wanted(self, wanted, lo_us, hi_us) -> Iterator[KeyRows]:
+    def _wanted(self, wanted, lo_us=None, hi_us=None) -> Iterator[KeyRows]:
         assert self.index is not None
         for entry in self.index:
             if lo_us is not None and entry.last_us < lo_us:
@@ -146,28 +149,41 @@ class Artifact:
             if wanted(entry.key):
                 yield entry
 
-    def _parts_by_group(self, ranges, lo_us, hi_us) -> list[tuple[int, list[tuple[int, int]]]]:
-        """Row ranges cut at row-group bounds: ``[(group, [(first, end), …]), …]`` in file
-        order, leaving out groups whose time statistics lie outside the window."""
+    def _ranges_by_group(self, ranges) -> list[tuple[int, list[tuple[int, int]]]]:
+        """Row ranges cut at row-group bounds: ``[(group, [(first, end), …]), …]``."""
         found: dict[int, list[tuple[int, int]]] = {}
         starts = self.group_starts
         for first, end in ranges:
             group = int(np.searchsorted(starts, first, "right")) - 1
             while group < len(starts) - 1 and starts[group] < end:
-                if self._may_hold(group, lo_us, hi_us):
-                    part = (max(first, int(starts[group])), min(end, int(starts[group + 1])))
-                    found.setdefault(group, []).append(part)
+                part = (max(first, int(starts[group])), min(end, int(starts[group + 1])))
+                found.setdefault(group, []).append(part)
                 group += 1
         return sorted(found.items())
 
-    def _may_hold(self, group: int, lo_us: int | None, hi_us: int | None) -> bool:
-        if lo_us is None and hi_us is None:
-            return True
-        stats = self.file.metadata.row_group(group).column(self._stamp_column).statistics
-        if stats is None or not stats.has_min_max:
-            return True
-        low, high = _micros(stats.min), _micros(stats.max)
-        return not ((lo_us is not None and high < lo_us) or (hi_us is not None and low > hi_us))
+    def _keys_by_group(self, entries, lo_us, hi_us) -> list[tuple[int, list[tuple[int, int]]]]:
+        """The rows of each key cut at row-group bounds, leaving out the groups in which
+        the key's times (from the index's crossings) lie outside the window."""
+        found: dict[int, list[tuple[int, int]]] = {}
+        starts = self.group_starts
+        for entry in entries:
+            end = entry.first_row + entry.rows
+            group = int(np.searchsorted(starts, entry.first_row, "right")) - 1
+            # the key's time span in each group it reaches: [its first, the next group's first]
+            bounds = [entry.first_us, *entry.crossings, entry.last_us]
+            for step in range(len(bounds) - 1):
+                low, high = bounds[step], bounds[step + 1]
+                outside = (lo_us is not None and high < lo_us) or (
+                    hi_us is not None and low > hi_us
+                )
+                if not outside:
+                    part = (
+                        max(entry.first_row, int(starts[group])),
+                        min(end, int(starts[group + 1])),
+                    )
+                    found.setdefault(group, []).append(part)
+                group += 1
+        return sorted(found.items())
 
     def _cut(self, batch, lo_us, hi_us) -> pa.Table:
         """Read the groups of ``batch`` and keep the rows of its parts, within the window."""
@@ -216,13 +232,6 @@ class Artifact:
                 keep = below if keep is None else pc.and_(keep, below)
             table = table.filter(keep)
         return table
-
-
-def _micros(value) -> int:
-    """A timestamp statistic (datetime or integer microseconds) as microseconds."""
-    if isinstance(value, int):
-        return value
-    return pa.scalar(value, pa.timestamp("us", tz="UTC")).cast(pa.int64()).as_py()
 
 
 def _within(part: pa.Table, lo_us: int | None, hi_us: int | None) -> pa.Table:

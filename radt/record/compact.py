@@ -11,8 +11,10 @@ The artifact ``radt/samples.parquet`` (layout :data:`LAYOUT`):
   statistics: a reader that filters on key or time (``pyarrow.dataset``
   filters, or radT's own reader) skips the row groups that cannot match;
 - the key index in the file's metadata (:data:`INDEX_KEY`): for each key its
-  first row, row count and first and last timestamp, so a reader finds the rows
-  of a key, or of keys matching a pattern, without reading any data.
+  first row, row count, first and last timestamp, and the timestamp of its
+  first row in each further row group it reaches, so a reader finds the rows of
+  a key (or of keys matching a pattern) within a time window, to the row group,
+  without reading any data.
 
 Compaction is an external merge sort: the spool is read one batch at a time,
 cut into runs of at most ``memory_rows`` samples that are sorted in memory and
@@ -43,7 +45,9 @@ LAYOUT = "key-time/1"
 """Value of the metadata entry :data:`LAYOUT_KEY` in artifacts of this layout."""
 LAYOUT_KEY = "radt.samples.layout"
 INDEX_KEY = "radt.samples.keys"
-"""Metadata entry: JSON list of ``[key, first_row, rows, first_us, last_us]``, sorted by key."""
+"""Metadata entry: JSON list of ``[key, first_row, rows, first_us, last_us, [us, …]]``
+sorted by key; the list holds the timestamp of the key's first row in each row group
+after the one where it starts."""
 ROW_GROUP_ROWS = 128 * 1024
 MEMORY_ROWS = 2_000_000
 """Samples held in memory at once while compacting (about 100 bytes each at the peak)."""
@@ -235,6 +239,7 @@ class ArtifactWriter:
         self.rows = np.zeros(n, np.int64)
         self.first_us = np.zeros(n, np.int64)
         self.last_us = np.zeros(n, np.int64)
+        self.crossings: dict[int, list[int]] = {}
         self.written = 0
         self._buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._buffered = 0
@@ -267,14 +272,16 @@ class ArtifactWriter:
         if self._buffered:
             self._flush(self._buffered)
         index = [
-            [key, int(first), int(rows), int(first_us), int(last_us)]
-            for key, first, rows, first_us, last_us in zip(
-                self.keys.to_pylist(),
-                self.first_row,
-                self.rows,
-                self.first_us,
-                self.last_us,
-                strict=True,
+            [key, int(first), int(rows), int(first_us), int(last_us), self.crossings.get(rank, [])]
+            for rank, (key, first, rows, first_us, last_us) in enumerate(
+                zip(
+                    self.keys.to_pylist(),
+                    self.first_row,
+                    self.rows,
+                    self.first_us,
+                    self.last_us,
+                    strict=True,
+                )
             )
             if rows
         ]
@@ -304,6 +311,8 @@ class ArtifactWriter:
         starts = np.flatnonzero(np.concatenate([[True], rank[1:] != rank[:-1]]))
         ends = np.append(starts[1:], count)
         seen = rank[starts]
+        if self.first_row[low] >= 0:  # the first key goes on from the row group before
+            self.crossings.setdefault(low, []).append(int(micros[0]))
         fresh = self.first_row[seen] < 0
         self.first_row[seen[fresh]] = self.written + starts[fresh]
         self.first_us[seen[fresh]] = micros[starts[fresh]]
@@ -339,13 +348,20 @@ def _narrow(of_key: np.ndarray, keys: np.ndarray, dictionary: pa.Array) -> pa.Di
     )
 
 
-def compact(folder: Path, target: Path, *, memory_rows: int = MEMORY_ROWS) -> tuple[int, list[str]]:
+def compact(
+    folder: Path,
+    target: Path,
+    *,
+    memory_rows: int = MEMORY_ROWS,
+    row_group_rows: int = ROW_GROUP_ROWS,
+) -> tuple[int, list[str]]:
     """Write the spool under ``folder`` as the samples artifact ``target``.
 
     Returns the row count and the problems of damaged chunks (each read up to
     its last whole batch, see :func:`radt.record.spool.iter_spool`). At most
     about ``memory_rows`` samples are held in memory; longer spools are sorted
-    in runs spilled beside ``target`` and merged.
+    in runs spilled beside ``target`` and merged. ``row_group_rows`` sets the
+    row groups' size (tests use small ones).
     """
     problems: list[str] = []
     keys = _Keys()
@@ -367,13 +383,15 @@ def compact(folder: Path, target: Path, *, memory_rows: int = MEMORY_ROWS) -> tu
         sources = [_Source(_read_spilled(path), ranks) for path in spilled]
         if last is not None:
             sources.append(_Source(_blocks_of(last, _block_rows(memory_rows)), ranks))
-        rows = _write(target, keys, ranks, _merge(sources))
+        rows = _write(target, keys, ranks, _merge(sources), row_group_rows)
     return rows, problems
 
 
-def _write(target: Path, keys: _Keys, ranks: np.ndarray, rows: Iterable) -> int:
+def _write(
+    target: Path, keys: _Keys, ranks: np.ndarray, rows: Iterable, row_group_rows: int
+) -> int:
     order = np.argsort(ranks)  # rank → code
-    writer = ArtifactWriter(target, [keys.names[code] for code in order])
+    writer = ArtifactWriter(target, [keys.names[code] for code in order], row_group_rows)
     try:
         for rank, micros, values in rows:
             writer.write(rank, micros, values)
@@ -383,7 +401,7 @@ def _write(target: Path, keys: _Keys, ranks: np.ndarray, rows: Iterable) -> int:
         raise
 
 
-def write_samples(table: pa.Table, target: Path) -> int:
+def write_samples(table: pa.Table, target: Path, row_group_rows: int = ROW_GROUP_ROWS) -> int:
     """Write samples (a table with ``timestamp``, ``key``, ``value``, in any order) as the
     samples artifact ``target``, in memory; return the row count."""
     from radt.record.spool import SCHEMA
@@ -394,4 +412,4 @@ def write_samples(table: pa.Table, target: Path) -> int:
     arrays = _sorted_run(batches, keys) if table.num_rows else None
     ranks = keys.ranks()
     source = [] if arrays is None else [(ranks[arrays[0]], arrays[1], arrays[2])]
-    return _write(target, keys, ranks, source)
+    return _write(target, keys, ranks, source, row_group_rows)

@@ -65,6 +65,7 @@ class Decimator:
         self.origin_bucket = round(origin_s * 1e6) // self.window_us
         self._codes: dict[str, int] = {}
         self._names: list[str] = []
+        self._last: tuple[pa.Array, np.ndarray] | None = None
         # The samples of the open windows, in arrival order: key code, microseconds, value.
         self._open = (np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.float64))
 
@@ -105,16 +106,18 @@ class Decimator:
 
     def _encode(self, keys: pa.ChunkedArray) -> np.ndarray:
         """Stable codes of the keys (``_NO_KEY`` for keys MLflow refuses), one check per key."""
-        parts = []
-        for chunk in keys.chunks:
-            chunk = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
+        if keys.num_chunks == 0:
+            return np.empty(0, np.int32)
+        array = keys.combine_chunks() if keys.num_chunks > 1 else keys.chunk(0)
+        if not pa.types.is_dictionary(array.type):
+            array = array.dictionary_encode()
+        dictionary = array.dictionary
+        if self._last is None or not self._last[0].equals(dictionary):
             lookup = np.fromiter(
-                (self._code(k) for k in chunk.dictionary.to_pylist()),
-                np.int32,
-                len(chunk.dictionary),
+                (self._code(k) for k in dictionary.to_pylist()), np.int32, len(dictionary)
             )
-            parts.append(lookup[chunk.indices.to_numpy(zero_copy_only=False)])
-        return np.concatenate(parts) if parts else np.empty(0, np.int32)
+            self._last = (dictionary, lookup)  # the next call most likely has the same keys
+        return self._last[1][array.indices.to_numpy(zero_copy_only=False)]
 
     def _code(self, key: str) -> int:
         code = self._codes.get(key)
@@ -146,7 +149,8 @@ class Decimator:
         if len(codes) == 0:
             self._open = (codes, micros, values)
             return []
-        order = np.argsort(codes, kind="stable")  # each key's samples, in arrival order
+        small = codes.astype(np.int16) if len(self._names) < 2**15 else codes  # radix sort
+        order = np.argsort(small, kind="stable")  # each key's samples, in arrival order
         codes, micros, values = codes[order], micros[order], values[order]
         buckets = micros // self.window_us
         starts = np.flatnonzero(

@@ -33,9 +33,11 @@ decimator, with the decimated stream going to a SQLite store (1 s windows);
 before: its samples as ``Sample`` lists (all there was); after: as one
 ``SampleBatch`` per poll, and as ``Sample`` lists too.
 
-Seconds are the step alone (imports and process start excluded), median of
-``--repeats``; RSS is the child's peak, imports included (``baseline``: a child
-that only imports).
+Seconds are the step alone (imports, process start and opening the store
+excluded), median of ``--repeats``; RSS is the child's peak, imports included
+(``baseline``: a child that only imports); in brackets, the cores other
+processes used meanwhile (the machine is shared; ``--quiet`` waits for it to be
+quiet before each step).
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ T0_S = 1_700_000_000
 CHUNK_S = 30
 STEPS = ("append", "compact", "load_one", "load_all", "summary", "ui_one", "resend")
 ONE_KEY = "nvml/gpu0/power_w"
+MACHINE = argparse.Namespace(quiet=False, max_other=0.15, max_wait=300.0)
+"""The shared-machine options (``--quiet`` …) the children are run under."""
 
 
 # --------------------------------------------------------------------------- synthetic run
@@ -199,11 +203,13 @@ def child(step: str, args: dict) -> dict:
         result["energy_j"] = float(frame["energy_j"].iloc[0])
     elif step == "ui_one":
         os.environ["RADT_HOME"] = args["home"]
+        from plotly.subplots import make_subplots
         from radt.frontend.data import Store
         from radt.frontend.series import RunLabel, timeseries_figure
 
         store = Store(args["uri"])
-        runs = store.runs([args["run_id"]])  # warm: the store opened
+        runs = store.runs([args["run_id"]])  # warm: the store opened, plotly's figures loaded
+        make_subplots(rows=1, cols=1).add_scatter(x=[0, 1], y=[0, 1])
         began = time.perf_counter()
         runs = store.runs([args["run_id"]])
         frame = store.samples(list(runs.values()), [ONE_KEY])
@@ -232,6 +238,10 @@ def child(step: str, args: dict) -> dict:
 def run_child(step: str, args: dict, tree: Path | None, timeout: float = 1800) -> dict:
     """Run ``step`` in a fresh interpreter (``tree``: radT's source to import, else this
     one); return its result with ``rss_mib``, its peak resident memory."""
+    from _common import busy_cpu_s, wait_quiet
+
+    if MACHINE.quiet:
+        wait_quiet(MACHINE.max_other, max_wait_s=MACHINE.max_wait)
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     if tree is not None:
@@ -240,6 +250,7 @@ def run_child(step: str, args: dict, tree: Path | None, timeout: float = 1800) -
     handle, out_name = tempfile.mkstemp(suffix=".json")
     os.close(handle)
     argv = [sys.executable, str(Path(__file__)), "--child", step, json.dumps(args), out_name]
+    busy, began = busy_cpu_s(), time.monotonic()
     process = subprocess.Popen(argv, env=env, cwd=tempfile.gettempdir())
     deadline = time.monotonic() + timeout
     while True:
@@ -252,6 +263,8 @@ def run_child(step: str, args: dict, tree: Path | None, timeout: float = 1800) -
             break
         time.sleep(0.05)
     process.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - began
+    others = max(0.0, busy_cpu_s() - busy - usage.ru_utime - usage.ru_stime) / max(wall, 1e-6)
     try:
         text = Path(out_name).read_text()
     finally:
@@ -260,6 +273,7 @@ def run_child(step: str, args: dict, tree: Path | None, timeout: float = 1800) -
         return {"error": f"exit {process.returncode}", "rss_mib": usage.ru_maxrss / 1024}
     result = json.loads(text)
     result["rss_mib"] = usage.ru_maxrss / 1024
+    result["other_cores"] = others
     return result
 
 
@@ -384,14 +398,15 @@ def fmt_result(results: list[dict]) -> str:
     rss = max(r["rss_mib"] for r in good)
     low, high = seconds[0], seconds[-1]
     spread = f" ({low:.2f}–{high:.2f})" if len(seconds) > 1 and high > low * 1.1 else ""
-    return f"{mid:.2f} s{spread}, {rss:,.0f} MiB"
+    others = max(r.get("other_cores", 0.0) for r in good)
+    return f"{mid:.2f} s{spread}, {rss:,.0f} MiB [{others:.1f}]"
 
 
 def measure_size(rows: int, args, trees: dict[str, Path | None]) -> dict[str, dict[str, str]]:
-    """Every step for one size; {step: {version: "seconds, MiB"}}."""
-    from _common import init_store
+    """Every step for one size; {step: {version: "seconds, MiB [other cores]"}}."""
+    from _common import sqlite_store, workspace
 
-    work = Path(tempfile.mkdtemp(prefix=f"radt-long-{rows}-", dir=args.workdir))
+    work = workspace(f"long-{rows}", args.workdir)
     cells: dict[str, dict[str, str]] = {}
     notes: dict[str, str] = {}
 
@@ -413,8 +428,7 @@ def measure_size(rows: int, args, trees: dict[str, Path | None]) -> dict[str, di
         say(f"spool from batches: {notes['append_batches']}")
         size = sum(p.stat().st_size for p in spool.iterdir())
         notes["spool_bytes"] = f"{size / 2**30:.2f} GiB"
-        uri = f"sqlite:///{work / 'mlflow.db'}"
-        init_store(uri)
+        uri = sqlite_store(work)
         run_ids = {}
         for version, tree in trees.items():
             if version == "before" and rows > args.before_max:
@@ -471,17 +485,16 @@ def measure_size(rows: int, args, trees: dict[str, Path | None]) -> dict[str, di
 
 
 def measure_ingest(args, trees) -> list[list[str]]:
-    from _common import init_store
+    from _common import sqlite_store, workspace
 
     rows = []
     for hz in args.rates:
         for version, tree in trees.items():
             modes = ["samples"] if version == "before" else ["batch", "samples"]
             for mode in modes:
-                work = Path(tempfile.mkdtemp(prefix="radt-ingest-", dir=args.workdir))
+                work = workspace("ingest", args.workdir)
                 try:
-                    uri = f"sqlite:///{work / 'mlflow.db'}"
-                    init_store(uri)
+                    uri = sqlite_store(work)
                     payload = {
                         "folder": str(work),
                         "uri": uri,
@@ -494,14 +507,14 @@ def measure_ingest(args, trees) -> list[list[str]]:
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
                 if "error" in r:
-                    rows.append([version, mode, f"{hz:g}", "–", r["error"], "", "", "", ""])
+                    rows.append([version, mode, f"{hz:g}", "–", r["error"], "", "", "", "", ""])
                     continue
                 print(f"  ingest {version} {mode} {hz} Hz: {r['spooled_per_s']:,.0f}/s",
                       file=sys.stderr, flush=True)  # fmt: skip
                 rows.append([
                     version, "`SampleBatch`" if mode == "batch" else "`Sample` list", f"{hz:g}",
                     f"{r['offered_per_s']:,}", f"{r['spooled_per_s']:,.0f}", f"{r['drain_s']:.2f}",
-                    f"{r['cpu_cores']:.2f}", f"{r['rss_mib']:,.0f}",
+                    f"{r['cpu_cores']:.2f}", f"{r['rss_mib']:,.0f}", f"{r['other_cores']:.2f}",
                     f"{r['unsent']}" + (f" ({'; '.join(r['warnings'])})" if r["warnings"] else ""),
                 ])  # fmt: skip
     return rows
@@ -513,7 +526,10 @@ def main() -> int:
         result = child(step, payload)
         Path(out).write_text(json.dumps(result))
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sys.path.insert(0, str(HERE))
+    from _common import arguments, command_line, header, table
+
+    parser = arguments(__doc__)
     parser.add_argument("--sizes", default="1M,10M", help="samples per run, e.g. 1M,10M,170M")
     parser.add_argument("--before", type=Path, help="radT source of the commit to compare with")
     parser.add_argument("--only", choices=("before", "after"), help="measure one side only")
@@ -536,13 +552,11 @@ def main() -> int:
     parser.add_argument("--rates", default="20,60,100", help="ingest: polls per second")
     parser.add_argument("--ingest-keys", type=int, default=2496)
     parser.add_argument("--ingest-seconds", type=float, default=20.0)
-    parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=None, help="where the runs go")
     args = parser.parse_args()
     args.steps = [s for s in args.steps.split(",") if s]
     args.rates = [float(r) for r in args.rates.split(",")]
-    sys.path.insert(0, str(HERE))
-    from _common import command_line, header, table
+    MACHINE.quiet, MACHINE.max_other, MACHINE.max_wait = args.quiet, args.max_other, args.max_wait
 
     trees: dict[str, Path | None] = {}
     if args.before and args.only != "after":
@@ -561,7 +575,7 @@ def main() -> int:
         print(
             table(
                 ["radT", "listener hands over", "polls/s", "offered/s", "spooled/s",
-                 "drain s", "CPU cores", "peak RSS MiB", "points unsent"],
+                 "drain s", "CPU cores", "peak RSS MiB", "others (cores)", "points unsent"],
                 rows,
             )
         )  # fmt: skip

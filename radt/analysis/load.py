@@ -756,6 +756,11 @@ def load_wide(
     UTC. A bin without any sample has no row; a key without a sample in a bin
     is NaN. Columns are the keys, sorted. Other arguments are those of
     :func:`load`; join run tags from :func:`radt.summary` on ``run_id``.
+
+    The samples are read and averaged a piece at a time (about a million rows),
+    so memory holds the bins, not the samples: the way to look at all of a
+    day-long run. UsageError when the table of bins itself would not fit
+    (:func:`check_wide_fits`: a longer ``freq``, fewer keys or a time window).
     """
     import numpy as np
     import pandas as pd

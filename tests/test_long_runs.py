@@ -390,6 +390,28 @@ def test_decimation_is_the_same_however_the_samples_are_cut(tmp_path):
         assert value == pytest.approx(mean, rel=1e-12)
 
 
+def test_run_api_samples_are_points_of_plain_metrics_in_batches_too():
+    from radt.record.events import EPOCH_KEY, EXAMPLES_KEY, WINDOW_KEY
+
+    dec = Decimator(1.0, 100.0)
+    points = dec.add(
+        SampleBatch(
+            [100.25, 100.5, 100.5, 101.5, 101.75],
+            [EXAMPLES_KEY, "g/gpu0/power_w", EPOCH_KEY, "g/gpu0/power_w", WINDOW_KEY],
+            [64.0, 100.0, 1.0, 200.0, 1.0],
+        )
+    )
+    points += dec.add([Sample(102.5, EXAMPLES_KEY, 128.0)]) + dec.flush()
+    assert sorted((p.key, p.value, p.timestamp, p.step) for p in points) == [
+        ("epoch", 1.0, 100_500, 1),
+        ("examples", 64.0, 100_250, 0),
+        ("examples", 128.0, 102_500, 2),
+        ("system/g/gpu0/power_w", 100.0, 100_500, 0),
+        ("system/g/gpu0/power_w", 200.0, 101_500, 1),
+    ]
+    assert dec.rejected == {}
+
+
 def _table(samples) -> pa.Table:
     return pa.table(
         [

@@ -98,7 +98,9 @@ class Artifact:
         ``everything`` says ``wanted`` accepts every key. Key-sorted artifacts give
         rows by key, then time; older ones in their stored order (time, then key).
         """
-        pieces = list(self.pieces(wanted, everything, lo_us, hi_us, max_rows=None))
+        # in pieces: the reader's buffers for decoding stay the size of one piece
+        pieces = list(self.pieces(wanted, everything, lo_us, hi_us))
+        pa.default_memory_pool().release_unused()
         if not pieces:
             return _empty()
         return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]

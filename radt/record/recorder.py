@@ -77,7 +77,9 @@ class Recorder:
         except OSError as exc:
             self.warn(f"could not close the spool cleanly: {exc}")
         if self.unspooled is not None:
-            self.warn(f"{count(self.unspooled.num_rows, 'sample')} could not be written to the spool")
+            self.warn(
+                f"{count(self.unspooled.num_rows, 'sample')} could not be written to the spool"
+            )
         return self.writer.close(send_timeout_s)
 
     def _loop(self) -> None:

@@ -585,3 +585,62 @@ def test_iter_spool_reads_one_batch_at_a_time(tmp_path):
     problems: list[str] = []
     sizes = [batch.num_rows for batch in iter_spool(tmp_path / "spool", problems)]
     assert sizes == [1000] * 5 and problems == []
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def test_summary_figures_read_a_piece_at_a_time_equal_those_of_the_whole_run(tmp_path, monkeypatch):
+    from radt.analysis.closing import key_table
+    from radt.analysis.figures import device_series
+    from radt.analysis.load import file_pieces
+    from radt.analysis.summary import SUMMARY_KEYS, run_series
+    from radt.analysis.windows import timeline
+
+    keys = [*KEYS, "nvml/gpu0/energy_j", "nvml/gpu1/temp_c", "script/run/examples"]
+    table = spool_table(30_000, seed=11, keys=keys)
+    path = tmp_path / "s.parquet"
+    write_samples(table, path, row_group_rows=1024)
+    tags = {"radt.command_start_s": str(T0_US / 1e6), "radt.command_end_s": str(T0_US / 1e6 + 300)}
+    whole = read_samples(path, KeyFilter(None)).to_pandas()
+    expected_series, expected_timeline = device_series(whole), timeline(whole, tags)
+
+    groups_read: list[int] = []
+    original = pq.ParquetFile.read_row_groups
+
+    def spy(self, row_groups, *args, **kwargs):
+        groups_read.extend(row_groups)
+        return original(self, row_groups, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", spy)
+    monkeypatch.setattr(pq.ParquetFile, "read", lambda *a, **k: pytest.fail("read the whole file"))
+    pieces = list(file_pieces(path, KeyFilter(SUMMARY_KEYS), max_rows=700))
+    assert len(pieces) > 10
+    series, got_timeline = run_series(iter(pieces), tags)
+    # only the row groups of the keys the figures use (not the temperature's)
+    wanted = [e for e in Artifact(path).index if KeyFilter(SUMMARY_KEYS)(e.key)]
+    needed = {
+        g
+        for e in wanted
+        for g in range(e.first_row // 1024, (e.first_row + e.rows - 1) // 1024 + 1)
+    }
+    assert set(groups_read) == needed
+    assert len(needed) < pq.ParquetFile(path).metadata.num_row_groups
+    assert "nvml/gpu1/temp_c" not in {"/".join(name) for name in series}
+    expected_series.pop(("nvml", "gpu1", "temp_c"))
+    assert sorted(series) == sorted(expected_series)
+    for name, (seconds, values) in expected_series.items():
+        assert np.array_equal(series[name][0], seconds)
+        assert np.array_equal(series[name][1], values)
+    assert np.array_equal(got_timeline.counter_s, expected_timeline.counter_s)
+    assert np.array_equal(got_timeline.counter, expected_timeline.counter)
+    assert got_timeline.command_end_s == expected_timeline.command_end_s
+
+    # the per-key table from pieces: counts, minima and maxima exactly, means to rounding
+    streamed = key_table(file_pieces(path, KeyFilter(None), max_rows=700)).to_pandas()
+    direct = key_table(pq.read_table(path)).to_pandas()
+    assert streamed["key"].tolist() == direct["key"].tolist() == sorted(keys)
+    for column in ("count", "min", "max"):
+        assert streamed[column].tolist() == direct[column].tolist()
+    assert np.allclose(streamed["mean"], direct["mean"], rtol=1e-12, atol=0)
+    assert key_table(iter([])).num_rows == 0

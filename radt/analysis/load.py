@@ -572,7 +572,8 @@ def read_plans(
         parts: dict[int, list[pa.Table]] = {}
         for index, future in jobs:
             parts.setdefault(index, []).append(future.result())
-        del jobs, future  # the futures hold the tables too: each is freed once sorted
+        jobs.clear()  # the futures hold the tables too: each is freed once sorted
+        future = None
     tables: dict[str, pa.Table] = {}
     for index, plan in enumerate(plans):
         pieces = parts.pop(index, [])
@@ -876,6 +877,24 @@ def load_wide(
     wide = wide.reindex(columns=["timestamp", *keys_sorted])
     wide.attrs["radt.source"] = sources
     return wide
+
+
+def run_pieces(client, plan: _Plan, keys: KeyFilter) -> Iterable[pa.Table]:
+    """The samples of one planned run in the samples schema, a piece at a time (about a
+    million rows each): what :func:`read_plans` reads for it, never all of it at once."""
+    for piece in _run_pieces(client, plan, keys):
+        yield _conform(piece)
+
+
+def file_pieces(path: Path, keys: KeyFilter, max_rows: int | None = None) -> Iterable[pa.Table]:
+    """The samples of one ``samples.parquet`` file that ``keys`` accepts, a piece of about
+    ``max_rows`` rows at a time (default: the artifact's piece size; what
+    :func:`read_samples` returns whole)."""
+    from radt.analysis.artifact import PIECE_ROWS, Artifact
+
+    pieces = Artifact(path).pieces(keys, keys.everything, max_rows=max_rows or PIECE_ROWS)
+    for piece in pieces:
+        yield _conform(piece)
 
 
 def _run_pieces(client, plan: _Plan, keys: KeyFilter):

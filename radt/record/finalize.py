@@ -13,8 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+import pyarrow as pa
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
@@ -79,14 +78,16 @@ def summarize(
     (default: the folder's compacted ``samples.parquet``).
     """
     from radt.analysis.closing import HEADLINE, METRIC_PREFIX, closing_figures, key_table
+    from radt.analysis.load import KeyFilter, file_pieces
+    from radt.analysis.summary import SUMMARY_KEYS
 
-    samples = pq.read_table(
-        samples_path or folder.path / "samples.parquet", columns=["timestamp", "key", "value"]
-    )
-    if samples.num_rows:
+    # the samples a piece at a time: memory stays flat however long the run was
+    path = samples_path or folder.path / "samples.parquet"
+    table = key_table(file_pieces(path, KeyFilter(None)))
+    if table.num_rows:
         target = folder.attachments / "radt" / "summary.csv"
         target.parent.mkdir(parents=True, exist_ok=True)
-        key_table(samples).to_pandas().to_csv(target, index=False)
+        table.to_pandas().to_csv(target, index=False)
     run = client.get_run(state.run_id)
     tags = {**run.data.tags, **state.tags}
     closing = closing_figures(
@@ -95,7 +96,7 @@ def summarize(
         state.experiment_id,
         state.status,
         tags,
-        samples.to_pandas(),
+        file_pieces(path, KeyFilter(SUMMARY_KEYS)),
         state.started_s,
         state.ended_s,
         run.data.metrics.get("examples"),

@@ -189,7 +189,8 @@ def sample_batches(keys: int, samples: int):
 
 def spool(with_artifact: bool) -> Callable[[Path, int, int], Outcome]:
     def run(folder: Path, keys: int, samples: int) -> Outcome:
-        from radt.record.spool import SpoolWriter, compact
+        from radt.record.compact import compact
+        from radt.record.spool import SpoolWriter
 
         uri, db = new_store(folder)
         client, run_id = new_run(uri, folder)

@@ -5,7 +5,7 @@
 
 One run in a fresh SQLite store holds the same points twice, as radT would
 record them at full rate: as its ``radt/samples.parquet`` artifact (written by
-radt.spool.tidy, zstd, as the end of a radT run writes it) and as MLflow
+radt.record.compact.write_samples, as the end of a radT run writes it) and as MLflow
 metrics ``system/<key>`` (``log_batch``, which is how they would have to be
 stored without the artifact). ``--keys`` keys (default 20: 4 GPUs × 5
 quantities) share the points, sampled at 10 Hz.
@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from _common import arguments, median, results, scratch, sqlite_store
 
 GPUS = 4
@@ -56,7 +55,8 @@ def build(client, experiment_id: str, folder: Path, points: int, key_count: int)
     """Create the run with both copies of the points; return its id."""
     from mlflow.entities import Metric
 
-    from radt.record.spool import SCHEMA, tidy
+    from radt.record.compact import write_samples
+    from radt.record.spool import SCHEMA
 
     keys = keys_for(key_count)
     per_key = points // len(keys)
@@ -96,7 +96,7 @@ def build(client, experiment_id: str, folder: Path, points: int, key_count: int)
         }
     ).cast(SCHEMA)
     target = folder / "samples.parquet"
-    pq.write_table(tidy(raw), target, compression="zstd")
+    write_samples(raw, target)
     client.log_artifact(run_id, str(target), "radt")
     client.set_terminated(run_id, "FINISHED", end_time=int(millis[-1]) + 100)
     size = target.stat().st_size

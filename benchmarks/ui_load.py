@@ -5,7 +5,7 @@
 
 One run (a lone radT run, FINISHED) holds ``--samples`` samples of one key,
 ``nvml/gpu0/power_w`` at 1 kHz, in its ``radt/samples.parquet`` artifact,
-written through ``radt.spool.tidy`` exactly as radT leaves it, plus the
+written through ``radt.record.compact.write_samples`` exactly as radT leaves it, plus the
 decimated MLflow stream (one point a second) and the summary metrics. Conditions:
 
 - ``radt ui (first load)``: the first page load after ``radt ui`` started: the
@@ -77,11 +77,11 @@ def make_run(uri: str, folder: Path, samples: int) -> str:
     """A FINISHED lone run with ``samples`` samples of KEY at 1 kHz; returns its id."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-    from radt.record.spool import SCHEMA, tidy
+    from radt.record.compact import write_samples
+    from radt.record.spool import SCHEMA
 
     client = MlflowClient(uri)
     start_s = 1_780_000_000.0
@@ -103,7 +103,7 @@ def make_run(uri: str, folder: Path, samples: int) -> str:
     ).cast(SCHEMA)
     local = folder / "artifact"
     local.mkdir()
-    pq.write_table(tidy(table_), local / "samples.parquet", compression="zstd")
+    write_samples(table_, local / "samples.parquet")
     client.log_artifact(run_id, str(local / "samples.parquet"), "radt")
     step = 1000  # the decimated stream: one mean point a second
     metrics = [

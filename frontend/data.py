@@ -54,6 +54,20 @@ class RunInfo:
         return self.status not in TERMINAL
 
 
+def _padded(window: tuple, relative: bool) -> dict:
+    """``start``/``end`` of :func:`radt.load` for a window of the time axis, 5 % wider on
+    each side: seconds since each run's start, or UTC times."""
+    lo, hi = window
+    if relative:
+        lo, hi = float(lo), float(hi)
+        pad = (hi - lo) * 0.05
+        return {"start": lo - pad, "end": hi + pad}
+    lo, hi = (pd.Timestamp(v) for v in (lo, hi))
+    lo, hi = (t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC") for t in (lo, hi))
+    pad = (hi - lo) * 0.05
+    return {"start": lo - pad, "end": hi + pad}
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
@@ -110,17 +124,29 @@ class Store:
 
     ``tracking_uri`` None means what radT itself would use (``MLFLOW_TRACKING_URI``,
     else ./mlflow.db of the current folder). Samples of runs that have all
-    ended are kept in memory (the ``cache_size`` latest selections), so zooming
-    re-reads nothing.
+    ended are kept in memory (the ``cache_size`` latest reads, at most
+    ``cache_rows`` samples in all). A selection of at most ``full_rows``
+    samples is read whole once, and zooming re-reads nothing; a longer one
+    (a day-long run) is read whole for the first draw only, and each zoom
+    reads just the visible window (with a margin) through the artifact's key
+    index.
     """
 
-    def __init__(self, tracking_uri: str | None = None, cache_size: int = 6) -> None:
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        cache_size: int = 6,
+        cache_rows: int = 8_000_000,
+        full_rows: int = 2_000_000,
+    ) -> None:
         from radt.tracking import redact, resolve_tracking_uri
 
         self.tracking_uri = tracking_uri
         self.label = redact(resolve_tracking_uri(tracking_uri)[0])
         self._cache: OrderedDict[tuple, object] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_rows = cache_rows
+        self.full_rows = full_rows
         self._lock = threading.Lock()
 
     def _call(self, what: Callable[[], T]) -> T:
@@ -261,26 +287,56 @@ class Store:
         chosen = self._call(lambda: select_runs(self._client(), None, list(run_ids), True))
         return {r.info.run_id: run_info(r) for r in chosen}
 
-    def samples(self, runs: Sequence[RunInfo], keys: Sequence[str]) -> pd.DataFrame:
-        """``radt.load.load`` of ``keys`` of ``runs`` (tidy), from memory when all have ended."""
+    def samples(
+        self,
+        runs: Sequence[RunInfo],
+        keys: Sequence[str],
+        window: tuple | None = None,
+        relative: bool = True,
+    ) -> pd.DataFrame:
+        """``radt.load.load`` of ``keys`` of ``runs`` (tidy), from memory when all have ended.
+
+        ``window`` is the time axis's range as the browser sends it: seconds since
+        each run's start (``relative``), else wall times (strings, UTC). When the
+        whole selection is not in memory (it was longer than ``full_rows``), only
+        the window is read, with 5 % of its width on each side so lines run to the
+        edges. The frame's ``attrs["radt.window"]`` is True for such a partial read.
+        """
         from radt.analysis.load import load
 
         ids = sorted(r.run_id for r in runs)
         if not ids or not keys:
             return pd.DataFrame(columns=["run_id", "key", "timestamp", "value"])
         cacheable = not any(r.running for r in runs)
-        token = (tuple(ids), tuple(sorted(keys)))
+        whole = (tuple(ids), tuple(sorted(keys)))
         with self._lock:
-            if cacheable and token in self._cache:
-                self._cache.move_to_end(token)
-                return self._cache[token]
-        frame = self._call(lambda: load(runs=ids, keys=list(keys), tracking_uri=self.tracking_uri))
-        if cacheable:
+            if cacheable and whole in self._cache:
+                self._cache.move_to_end(whole)
+                return self._cache[whole]
+        token, bounds = whole, {}
+        if window is not None and cacheable:
+            bounds = _padded(window, relative)
+            token = (*whole, tuple(sorted(bounds.items())))
             with self._lock:
-                self._cache[token] = frame
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+                if token in self._cache:
+                    self._cache.move_to_end(token)
+                    return self._cache[token]
+        frame = self._call(
+            lambda: load(runs=ids, keys=list(keys), tracking_uri=self.tracking_uri, **bounds)
+        )
+        frame.attrs["radt.window"] = bool(bounds)
+        if cacheable and (bounds or len(frame) <= self.full_rows):
+            self._remember(token, frame)
         return frame
+
+    def _remember(self, token: tuple, frame: pd.DataFrame) -> None:
+        with self._lock:
+            self._cache[token] = frame
+            while len(self._cache) > 1 and (
+                len(self._cache) > self._cache_size
+                or sum(len(f) for f in self._cache.values()) > self._cache_rows
+            ):
+                self._cache.popitem(last=False)
 
     def export(self, what: str, fmt: str, experiment: str | None, runs: Sequence[str]) -> bytes:
         """The table ``radt export`` writes: ``samples`` or ``summary``, as csv or parquet.

@@ -5,7 +5,7 @@ from radt.analysis.frontier import frontier
 from radt.analysis.load import load, load_wide
 from radt.analysis.phases import phases
 from radt.analysis.summary import repeats, summary
-from radt.listener import Listener, PolledListener, RunContext, Sample
+from radt.listener import Listener, PolledListener, RunContext, Sample, SampleBatch
 from radt.run_api import Run, log_epoch, log_examples, phase, start_window, step
 
 __version__ = "0.3.0.dev0"
@@ -16,6 +16,7 @@ __all__ = [
     "Run",
     "RunContext",
     "Sample",
+    "SampleBatch",
     "__version__",
     "frontier",
     "load",

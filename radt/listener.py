@@ -1,10 +1,11 @@
 """What a listener is: the protocol every source of samples follows.
 
 A listener never talks to MLflow. It is handed a :class:`RunContext` on
-``start`` and pushes :class:`Sample` tuples through ``run.emit``; the
-recorder does the rest. Three shapes exist (DESIGN.md): *polled* listeners
-implement :meth:`PolledListener.poll` and are driven by the shared
-:class:`radt.sampler.Sampler`; *streamed* listeners own a tool process and
+``start`` and pushes :class:`Sample` tuples, or one :class:`SampleBatch` of
+many samples as columns, through ``run.emit``; the recorder does the rest.
+Three shapes exist (DESIGN.md): *polled* listeners implement
+:meth:`PolledListener.poll` and are driven by the shared
+:class:`radt.record.sampler.Sampler`; *streamed* listeners own a tool process and
 emit as lines arrive; *wrapping* listeners change the command before it
 starts (:meth:`Listener.wrap`) and collect their report after it ends
 (:meth:`Listener.collect`).
@@ -14,10 +15,13 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class Sample(NamedTuple):
@@ -33,7 +37,88 @@ class Sample(NamedTuple):
     value: float
 
 
-Emit = Callable[[Iterable[Sample]], None]
+class SampleBatch:
+    """Many samples as columns: what a listener with many keys or a high rate hands over.
+
+    ``timestamps`` are wall-clock seconds since the epoch: one number for every
+    sample, or one per sample (a sequence or numpy array). ``keys`` are the
+    metric keys (a sequence of str, or a pyarrow string or dictionary array),
+    ``values`` the values (a sequence or numpy array of numbers). A value that
+    is NaN is missing and left out, as a :class:`Sample` would never be
+    emitted for it. Timestamps are kept in whole microseconds, as the spool
+    keeps them. Iterating gives :class:`Sample` tuples.
+
+    The recorder spools and decimates a batch as arrays, without a Python
+    object per sample: a listener that produces thousands of samples per poll
+    should return one (``poll()`` may return a ``SampleBatch``).
+    """
+
+    __slots__ = ("table",)
+
+    def __init__(
+        self,
+        timestamps: float | Sequence[float] | Any,
+        keys: Sequence[str] | Any,
+        values: Sequence[float] | Any,
+    ) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        from radt.record.spool import SCHEMA
+
+        if not isinstance(keys, (pa.Array, pa.ChunkedArray)):
+            keys = pa.array(keys, pa.string())
+        elif pa.types.is_dictionary(keys.type):
+            keys = keys.cast(pa.string())
+        number = np.asarray(values, dtype=np.float64)
+        if number.ndim != 1 or len(number) != len(keys):
+            raise ValueError(f"{len(keys)} keys but {number.size} values")
+        if np.ndim(timestamps) == 0:
+            micros = np.full(len(number), round(float(timestamps) * 1e6), np.int64)
+        else:
+            seconds = np.asarray(timestamps, dtype=np.float64)
+            if seconds.shape != number.shape:
+                raise ValueError(f"{len(keys)} keys but {seconds.size} timestamps")
+            micros = np.rint(seconds * 1e6).astype(np.int64)
+        table = pa.table(
+            [pa.array(micros).cast(SCHEMA.field("timestamp").type), keys, pa.array(number)],
+            schema=SCHEMA,
+        )
+        missing = np.isnan(number)
+        self.table: pa.Table = table.filter(pa.array(~missing)) if missing.any() else table
+        """The samples in the spool's columns (``timestamp``, ``key``, ``value``)."""
+
+    @classmethod
+    def from_arrow(cls, data: pa.RecordBatch | pa.Table) -> SampleBatch:
+        """A batch of a table or record batch with the columns ``timestamp`` (a timestamp
+        type, or seconds as numbers), ``key`` and ``value``."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        stamps = data.column("timestamp")
+        if pa.types.is_timestamp(stamps.type):
+            seconds = pc.divide(pc.cast(stamps.cast(pa.timestamp("us")), pa.int64()), 1e6)
+        else:
+            seconds = stamps.cast(pa.float64())
+        return cls(seconds.to_numpy(), data.column("key"), data.column("value").to_numpy())
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __iter__(self) -> Iterator[Sample]:
+        micros = self.table.column("timestamp").cast("int64").to_pylist()
+        keys = self.table.column("key").to_pylist()
+        values = self.table.column("value").to_pylist()
+        for micro, key, value in zip(micros, keys, values, strict=True):
+            yield Sample(micro / 1e6, key, value)
+
+    def __repr__(self) -> str:
+        return f"SampleBatch({len(self)} samples)"
+
+
+Samples = Iterable[Sample] | SampleBatch
+"""What ``emit`` takes: :class:`Sample` tuples, or a :class:`SampleBatch`."""
+Emit = Callable[[Samples], None]
 
 
 class Client(NamedTuple):
@@ -56,7 +141,8 @@ class RunContext:
     workdir: Path
     """A folder of the run's own where a listener may keep files."""
     emit: Emit
-    """Hands samples to the recorder; thread-safe."""
+    """Hands samples (an iterable of :class:`Sample`, or a :class:`SampleBatch`) to the
+    recorder; thread-safe."""
     interval_s: float | None = None
     """Sampling interval asked for on the command line; None: the listener's default."""
     devices: Sequence[str] = field(default_factory=tuple)
@@ -144,8 +230,9 @@ class PolledListener(Listener):
         """Release handles after the last poll."""
 
     @abstractmethod
-    def poll(self) -> list[Sample]:
-        """Return the samples of this instant."""
+    def poll(self) -> list[Sample] | SampleBatch:
+        """Return the samples of this instant: a list of :class:`Sample`, or a
+        :class:`SampleBatch` when there are many."""
 
 
 def samples_from(timestamp: float, prefix: str, values: dict[str, float | None]) -> list[Sample]:

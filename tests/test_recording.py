@@ -8,8 +8,9 @@ import pytest
 from radt.errors import UsageError
 from radt.launch.registry import Discovered, parse_names, select
 from radt.listener import Sample, samples_from
+from radt.record.compact import compact
 from radt.record.decimate import Decimator
-from radt.record.spool import SpoolWriter, compact, read_spool
+from radt.record.spool import SpoolWriter, read_spool
 
 
 def stream(n: int, keys=("a/x/v_pct", "b/y/w_w"), start=1000.0, step=0.1):
@@ -64,17 +65,22 @@ def test_spool_rotates_chunks_and_compacts_to_tidy_parquet(tmp_path):
     writer = SpoolWriter(tmp_path / "spool", chunk_s=0.0)
     writer.append([Sample(2.0, "nvml/gpu0/mig1/mem_used_mib", 5.0)])
     writer.append([Sample(1.0, "top/proc/cpu_pct", 50.0), Sample(1.5, "short", 1.0)])
+    writer.append([Sample(0.5, "top/proc/cpu_pct", 40.0)])
     writer.close()
+    assert len(list((tmp_path / "spool").glob("chunk-*.arrows"))) == 3
     rows, problems = compact(tmp_path / "spool", tmp_path / "s.parquet")
-    assert (rows, problems) == (3, [])
+    assert (rows, problems) == (4, [])
     frame = pq.read_table(tmp_path / "s.parquet").to_pandas()
+    # sorted by key, then time
     assert frame.key.astype(str).tolist() == [
-        "top/proc/cpu_pct",
-        "short",
         "nvml/gpu0/mig1/mem_used_mib",
+        "short",
+        "top/proc/cpu_pct",
+        "top/proc/cpu_pct",
     ]
-    assert frame.entity.astype(str).tolist() == ["proc", "", "gpu0/mig1"]
-    assert frame.listener.astype(str).tolist() == ["top", "short", "nvml"]
+    assert frame.value.tolist() == [5.0, 1.0, 40.0, 50.0]
+    assert frame.entity.astype(str).tolist() == ["gpu0/mig1", "", "proc", "proc"]
+    assert frame.listener.astype(str).tolist() == ["nvml", "short", "top", "top"]
     assert str(frame.timestamp.dtype) == "datetime64[us, UTC]"
 
 

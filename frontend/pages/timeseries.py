@@ -1,8 +1,10 @@
 """Time-series page: metric keys of the selected runs (and their workloads) overlaid.
 
 The server downsamples every trace to ~2,000 points (MinMaxLTTB) and, when the
-user zooms, draws the visible window again from the full-rate samples. While
-any shown run is RUNNING the chart refreshes every few seconds.
+user zooms, draws the visible window again from the full-rate samples: from
+memory, or, for a selection too long to keep (a day-long run), by reading that
+window alone (:meth:`radt.frontend.data.Store.samples`). While any shown run is
+RUNNING the chart refreshes every few seconds.
 """
 
 from __future__ import annotations
@@ -130,6 +132,8 @@ def _info(stats, window, frame, runs: dict[str, RunInfo]) -> str:
     if stats.downsampled:
         info += f" of {count(stats.samples, 'sample')} (MinMaxLTTB, ≤{DEFAULT_BUDGET:,} per trace)"
     info += "; zoomed in: full resolution within the budget" if window else ""
+    if frame.attrs.get("radt.window"):
+        info += " (only the visible window was read)"
     sources = frame.attrs.get("radt.source", {})
     decimated = [runs[r].name for r, s in sources.items() if s == "metrics" and r in runs]
     if decimated:
@@ -197,13 +201,13 @@ def register(app: Dash, store: Store) -> None:
             keys = [k for k in saved or [] if k in available] or default_keys(available)
             picked = keys
         revision = _revision(list(runs), keys, mode)
-        try:
-            frame = store.samples(list(runs.values()), keys)
-        except DataError as exc:
-            return available, picked, _message(str(exc)), empty_figure(str(exc)), None, None, True
         window = None
         if view and view.get("rev") == revision and view.get("range"):
             window = tuple(view["range"])
+        try:
+            frame = store.samples(list(runs.values()), keys, window, relative=mode != "wall")
+        except DataError as exc:
+            return available, picked, _message(str(exc)), empty_figure(str(exc)), None, None, True
         try:
             bands = {k: RunWindow(*v) for k, v in store.windows(list(runs.values())).items()}
             missing = None

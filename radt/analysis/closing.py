@@ -22,7 +22,7 @@ everything from the samples artifacts and is the reference.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,16 +57,48 @@ class Closing:
     """Why no figures could be computed (the run completes all the same)."""
 
 
-def key_table(samples: pa.Table) -> pa.Table:
-    """Per key of the samples: ``key, count, mean, min, max`` (the old ``summary/<key>/…``)."""
-    import pyarrow as pa
+def key_table(samples: pa.Table | Iterable[pa.Table]) -> pa.Table:
+    """Per key of the samples: ``key, count, mean, min, max`` (the old ``summary/<key>/…``).
 
-    table = pa.table({"key": samples["key"].cast(pa.string()), "value": samples["value"]})
-    grouped = table.group_by("key").aggregate(
-        [("value", "count"), ("value", "mean"), ("value", "min"), ("value", "max")]
+    ``samples``: one table, or the tables of a run read a piece at a time (memory then
+    holds one piece and a row per key and piece): each piece's count, sum, min and max,
+    combined at the end (the mean is the sum over the count).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    partial = []
+    for piece in [samples] if isinstance(samples, pa.Table) else samples:
+        table = pa.table({"key": piece["key"].cast(pa.string()), "value": piece["value"]})
+        partial.append(
+            table.group_by("key").aggregate(
+                [("value", "count"), ("value", "sum"), ("value", "min"), ("value", "max")]
+            )
+        )
+    if not partial:
+        partial.append(
+            pa.table({"key": pa.array([], pa.string())}).append_column(
+                "value_count", pa.array([], pa.int64())
+            )
+        )
+        for name in ("value_sum", "value_min", "value_max"):
+            partial[0] = partial[0].append_column(name, pa.array([], pa.float64()))
+    grouped = pa.concat_tables(partial).group_by("key")
+    grouped = grouped.aggregate(
+        [("value_count", "sum"), ("value_sum", "sum"), ("value_min", "min"), ("value_max", "max")]
     )
-    grouped = grouped.rename_columns(["key", "count", "mean", "min", "max"])
-    return grouped.sort_by("key")
+    count = grouped["value_count_sum"]
+    mean = pc.divide(grouped["value_sum_sum"], pc.cast(count, pa.float64()))
+    table = pa.table(
+        {
+            "key": grouped["key"],
+            "count": count,
+            "mean": mean,
+            "min": grouped["value_min_min"],
+            "max": grouped["value_max_max"],
+        }
+    )
+    return table.sort_by("key")
 
 
 def _level(tags: Mapping[str, str]) -> str:
@@ -83,7 +115,7 @@ def closing_figures(
     experiment_id: str,
     status: str,
     tags: Mapping[str, str],
-    samples: pd.DataFrame,
+    samples: pd.DataFrame | Iterable[pa.Table],
     started_s: float,
     ended_s: float | None,
     examples_metric: float | None = None,
@@ -91,7 +123,9 @@ def closing_figures(
 ) -> Closing:
     """The headline figures and tags of a run that is completing (see the module docstring).
 
-    ``samples`` are the run's own (tidy ``timestamp, key, value``), ``tags``
+    ``samples`` are the run's own (tidy ``timestamp, key, value``; or its tables a piece
+    at a time, :func:`radt.analysis.load.file_pieces`, so that memory holds the series the
+    figures need, never the whole run), ``tags``
     its tags as they will be (MLflow's and those set at the end), ``status``
     its final status, ``examples_metric`` the last MLflow ``examples`` value.
     The store is read first (a failure there raises: the step is retried by
@@ -125,15 +159,20 @@ def closing_figures(
 
 
 def _figures(record: Record, samples, ended_s, kids, candidates) -> Closing:
-    from radt.analysis.figures import NAN, device_series
-    from radt.analysis.summary import _client, _provider, _slowdown
-    from radt.analysis.windows import timeline
+    import pandas as pd
 
-    record.timeline = t = timeline(samples, record.tags)
+    from radt.analysis.figures import NAN
+    from radt.analysis.summary import _client, _provider, _slowdown, run_series
+
+    pieces = [samples] if isinstance(samples, pd.DataFrame) else samples
+    record.series, record.timeline = run_series(pieces, record.tags)
+    t = record.timeline
     if not (math.isfinite(t.command_start_s) and math.isfinite(t.command_end_s)) and ended_s:
         # The whole run, as before windows: not while radT stopped listeners after it.
-        samples = samples[_seconds(samples["timestamp"]) <= ended_s]
-    record.series = device_series(samples)
+        record.series = {
+            name: (seconds[seconds <= ended_s], values[seconds <= ended_s])
+            for name, (seconds, values) in record.series.items()
+        }
     closing = Closing()
     if record.level == "provider":
         if kids is None:
@@ -160,12 +199,6 @@ def _figures(record: Record, samples, ended_s, kids, candidates) -> Closing:
     if notes:
         closing.tags["radt.window_note"] = notes[:MAX_TAG]
     return closing
-
-
-def _seconds(stamps: pd.Series):
-    from radt.analysis.figures import epoch_seconds
-
-    return epoch_seconds(stamps)
 
 
 def _baselines(client, record: Record) -> list[Record]:
@@ -197,10 +230,8 @@ def _baselines(client, record: Record) -> list[Record]:
 
 def _clients_of(client, record: Record) -> list[Record] | None:
     """The workload's runs with their samples; None when one's samples cannot be read."""
-    from radt.analysis.figures import device_series
-    from radt.analysis.load import KeyFilter, cached_samples, read_samples, search_all
-    from radt.analysis.summary import SUMMARY_KEYS, Record
-    from radt.analysis.windows import timeline
+    from radt.analysis.load import KeyFilter, cached_samples, file_pieces, search_all
+    from radt.analysis.summary import SUMMARY_KEYS, Record, run_series
     from radt.record.runfolder import radt_home, runs_root
 
     runs = search_all(
@@ -215,12 +246,12 @@ def _clients_of(client, record: Record) -> list[Record] | None:
             path = Path(local)
         if path is None:
             return None
-        try:
-            frame = read_samples(path, KeyFilter(SUMMARY_KEYS)).to_pandas()
+        kid = Record.of(run, "client")
+        try:  # a piece at a time: memory holds the series, not the run's samples
+            kid.series, kid.timeline = run_series(
+                file_pieces(path, KeyFilter(SUMMARY_KEYS)), kid.tags
+            )
         except Exception:  # noqa: BLE001 - a damaged file: radt.summary reports it later
             return None
-        kid = Record.of(run, "client")
-        kid.series = device_series(frame)
-        kid.timeline = timeline(frame, kid.tags)
         kids.append(kid)
     return kids

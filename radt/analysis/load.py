@@ -371,39 +371,24 @@ def read_samples(
 ) -> pa.Table:
     """The samples of one ``samples.parquet`` file whose key ``keys`` accepts, within [lo, hi].
 
-    Keys are matched on each chunk's dictionary (one check per distinct key),
-    and when few keys are wanted only the ``key`` column is read before the
-    rows are chosen.
+    A key-sorted artifact is read through its key index: only the row groups
+    holding the keys and times asked for (:mod:`radt.analysis.artifact`). An
+    artifact of the older, time-sorted layout is read whole and filtered.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    from radt.analysis.artifact import Artifact
 
-    parquet = pq.ParquetFile(path)
-    table = parquet.read(columns=["key"]) if not keys.everything else None
-    mask = None
-    if table is not None:
-        pieces = []
-        for chunk in table.column("key").chunks:
-            chunk = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
-            wanted = [i for i, k in enumerate(chunk.dictionary.to_pylist()) if keys(k)]
-            pieces.append(pc.is_in(chunk.indices, value_set=pa.array(wanted, chunk.indices.type)))
-        mask = pa.chunked_array(pieces, pa.bool_())
-        if not pc.any(mask).as_py():
-            return _arrow().samples.empty_table()
-    table = parquet.read(columns=list(_arrow().samples.names))
-    if mask is not None:
-        table = table.filter(mask)
-    if lo is not None or hi is not None:
-        stamps = table.column("timestamp")
-        keep = None
-        if lo is not None:
-            keep = pc.greater_equal(stamps, pa.scalar(lo.to_pydatetime(), _arrow().stamp))
-        if hi is not None:
-            below = pc.less_equal(stamps, pa.scalar(hi.to_pydatetime(), _arrow().stamp))
-            keep = below if keep is None else pc.and_(keep, below)
-        table = table.filter(keep)
+    table = Artifact(path).read(keys, keys.everything, _lo_us(lo), _hi_us(hi))
     return _conform(table)
+
+
+def _lo_us(bound: pd.Timestamp | None) -> int | None:
+    """A lower time bound as whole microseconds (``timestamp >= bound``)."""
+    return None if bound is None else -(-bound.value // 1000)
+
+
+def _hi_us(bound: pd.Timestamp | None) -> int | None:
+    """An upper time bound as whole microseconds (``timestamp <= bound``)."""
+    return None if bound is None else bound.value // 1000
 
 
 def _conform(table: pa.Table) -> pa.Table:
@@ -417,7 +402,7 @@ def _conform(table: pa.Table) -> pa.Table:
         if pa.types.is_dictionary(field.type) and not pa.types.is_dictionary(column.type):
             column = pc.dictionary_encode(column.cast(pa.string()))
         columns.append(column.cast(field.type))
-    return pa.table(columns, schema=_arrow().samples)
+    return pa.Table.from_arrays(columns, schema=_arrow().samples)
 
 
 def metric_history(
@@ -467,17 +452,59 @@ def _constant(value: str | None, n: int) -> pa.DictionaryArray:
     )
 
 
-def _sort_samples(table: pa.Table) -> pa.Table:
+def _time_order(table: pa.Table):
+    """The order of the rows by time, then key (as strings), ties in their order; None
+    when they are in that order already.
+
+    Without a copy of the keys as strings: each row's key becomes its rank among
+    the dictionary's values. A key-sorted artifact needs one stable sort by time
+    (a merge of its keys' sorted runs), and none at all for a single key.
+    """
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if table.num_rows == 0:
-        return table
-    order = pc.sort_indices(
-        pa.table({"t": table.column("timestamp"), "k": table.column("key").cast(pa.string())}),
-        sort_keys=[("t", "ascending"), ("k", "ascending")],
+    if table.num_rows < 2:
+        return None
+    column = table.column("key")
+    names = sorted({name for chunk in column.chunks for name in chunk.dictionary.to_pylist()})
+    position = {name: i for i, name in enumerate(names)}
+    rank_type = np.int16 if len(names) < 2**15 else np.int32
+    ranks = np.concatenate(
+        [
+            np.fromiter((position[k] for k in chunk.dictionary.to_pylist()), rank_type)[
+                chunk.indices.to_numpy(zero_copy_only=False)
+            ]
+            for chunk in column.chunks
+            if len(chunk)
+        ]
     )
-    return table.take(order)
+    micros = pc.cast(table.column("timestamp"), pa.int64()).to_numpy()
+    if np.all(ranks[1:] >= ranks[:-1]):
+        if len(names) == 1 or ranks[0] == ranks[-1]:
+            return None if np.all(micros[1:] >= micros[:-1]) else np.argsort(micros, kind="stable")
+        return np.argsort(micros, kind="stable")
+    by_key = np.argsort(ranks, kind="stable")  # radix sort of the small ranks
+    del ranks
+    return by_key[np.argsort(micros[by_key], kind="stable")]
+
+
+def _sort_samples(table: pa.Table) -> pa.Table:
+    """Rows ordered by time, then key (as strings); ties keep their order. The caller
+    hands the table over (keeps no reference), so its columns are freed as they are sorted.
+    """
+    import pyarrow as pa
+
+    order = _time_order(table)
+    if order is None:
+        return table
+    indices = pa.array(order)
+    del order
+    schema, columns = table.schema, table.columns
+    del table  # with the caller's reference gone, each column is freed once taken
+    for i in range(len(columns)):
+        columns[i] = columns[i].take(indices)
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _script_keys(run, keys: KeyFilter, with_system: bool) -> list[str]:
@@ -493,22 +520,16 @@ def _script_keys(run, keys: KeyFilter, with_system: bool) -> list[str]:
     return sorted(names)
 
 
-def load_tables(
+def prepare(
     client,
     selected: Sequence,
-    keys: KeyFilter,
     start: TimeBound = None,
     end: TimeBound = None,
     cache_dir: Path | None = None,
-) -> tuple[dict[str, pa.Table], dict[str, str]]:
-    """The samples of each run as Arrow tables, and where they came from.
-
-    Returns ``({run_id: table}, {run_id: "artifact" | "metrics"})``: downloads
-    (or cache hits) and metric histories run on a pool of threads.
-    """
+) -> list[_Plan]:
+    """What to read for each run: its time bounds and its cached samples artifact, if any
+    (downloaded on a pool of threads)."""
     from concurrent.futures import ThreadPoolExecutor
-
-    import pyarrow as pa
 
     from radt.record.runfolder import radt_home
 
@@ -523,6 +544,20 @@ def load_tables(
         ):
             plan.artifact = path
             plan.source = "artifact" if path is not None else "metrics"
+    return plans
+
+
+def read_plans(
+    client, plans: Sequence[_Plan], keys: KeyFilter, ordered: bool = True
+) -> dict[str, pa.Table]:
+    """The samples of each planned run as one Arrow table, ordered by time, then key
+    (with ``ordered`` False: in the order read, which :func:`_tidy_frame` sorts itself)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+
+    workers = max(1, min(MAX_THREADS, 4 * len(plans)))
+    with ThreadPoolExecutor(workers, thread_name_prefix="radt-load") as pool:
         jobs = []
         for index, plan in enumerate(plans):
             run_id = plan.run.info.run_id
@@ -537,40 +572,183 @@ def load_tables(
         parts: dict[int, list[pa.Table]] = {}
         for index, future in jobs:
             parts.setdefault(index, []).append(future.result())
+        jobs.clear()  # the futures hold the tables too: each is freed once sorted
+        future = None
     tables: dict[str, pa.Table] = {}
     for index, plan in enumerate(plans):
-        pieces = parts.get(index, [])
-        if plan.artifact is not None and len(pieces) == 1:
-            table = pieces[0]  # the artifact alone: already sorted by time, then key
+        pieces = parts.pop(index, [])
+        if len(pieces) > 1:
+            table = pa.concat_tables(pieces)
         elif pieces:
-            table = _sort_samples(pa.concat_tables(pieces))
+            table = pieces.pop()
         else:
             table = _arrow().samples.empty_table()
-        tables[plan.run.info.run_id] = table
-    return tables, {p.run.info.run_id: p.source for p in plans}
+        del pieces
+        tables[plan.run.info.run_id] = _sort_samples(table) if ordered else table
+        del table
+    return tables
 
 
-def _tidy_table(selected: Sequence, tables: dict[str, pa.Table]) -> pa.Table:
+def load_tables(
+    client,
+    selected: Sequence,
+    keys: KeyFilter,
+    start: TimeBound = None,
+    end: TimeBound = None,
+    cache_dir: Path | None = None,
+) -> tuple[dict[str, pa.Table], dict[str, str]]:
+    """The samples of each run as Arrow tables, and where they came from.
+
+    Returns ``({run_id: table}, {run_id: "artifact" | "metrics"})``: downloads
+    (or cache hits) and metric histories run on a pool of threads. Each table is
+    ordered by time, then key.
+    """
+    plans = prepare(client, selected, start, end, cache_dir)
+    return read_plans(client, plans, keys), {p.run.info.run_id: p.source for p in plans}
+
+
+# --------------------------------------------------------------------------- memory
+
+BYTES_PER_ROW = 64
+"""Memory :func:`load` needs per sample at its peak (measured: 10 M samples, 642 MiB): the
+tidy frame (about 30 bytes: time, value, one- or two-byte codes of the text columns) and,
+while it is built, the Arrow table it comes from (28 bytes) and the time order (8)."""
+LIMIT_VARIABLE = "RADT_LOAD_LIMIT_MIB"
+
+
+def memory_limit() -> int:
+    """Bytes :func:`load` may use: ``$RADT_LOAD_LIMIT_MIB``, else 80 % of the memory
+    available now."""
+    import psutil
+
+    given = os.environ.get(LIMIT_VARIABLE, "").strip()
+    if given:
+        try:
+            return int(float(given) * 2**20)
+        except ValueError:
+            raise UsageError(f"{LIMIT_VARIABLE} must be a number of MiB, got {given!r}") from None
+    return int(psutil.virtual_memory().available * 0.8)
+
+
+def _gib(size: float) -> str:
+    return f"{size / 2**30:.1f} GiB" if size >= 2**29 else f"{size / 2**20:.0f} MiB"
+
+
+def check_fits(plans: Sequence[_Plan], keys: KeyFilter) -> None:
+    """Refuse, with what to ask for instead, a load larger than :func:`memory_limit`.
+
+    The rows are counted from each artifact's key index before anything is read
+    (runs read from MLflow's decimated metrics are small and not counted).
+    """
+    from radt.analysis.artifact import Artifact
+
+    counts = []
+    for plan in plans:
+        if plan.artifact is None:
+            continue
+        artifact = Artifact(plan.artifact)
+        rows = artifact.estimate_rows(keys, _lo_us(plan.lo), _hi_us(plan.hi))
+        counts.append((rows, plan.run.info.run_id, artifact.keys()))
+    rows = sum(c[0] for c in counts)
+    need, limit = rows * BYTES_PER_ROW, memory_limit()
+    if need <= limit:
+        return
+    _, biggest, names = max(counts)
+    example = next((k for k in names or [] if k.endswith("power_w")), (names or ["KEY"])[0])
+    held = f"run {biggest} holds {len(names)} keys, e.g. {example!r}; " if names else ""
+    raise UsageError(
+        f"loading {rows:,} samples needs about {_gib(need)} of memory, more than the "
+        f"{_gib(limit)} available ({LIMIT_VARIABLE} sets the limit); ask for less: {held}"
+        "fewer keys (keys=[...], patterns such as 'nvml/*/power_w'), a time window "
+        "(start=, end=: seconds from each run's start, or times), or "
+        "radt.load_wide(..., freq='10s'), which averages each key into time bins as it reads"
+    )
+
+
+def _tidy_frame(selected: Sequence, tables: dict[str, pa.Table]) -> pd.DataFrame:
+    """The tidy frame of the runs' samples, ordered by run, time, key, built column by
+    column into its final arrays.
+
+    ``tables`` is handed over and emptied. Each column of the frame is filled from
+    every run's table, and that column of the tables is then dropped and its memory
+    given back, so memory peaks near the frame's own size (8 + 8 bytes of time and
+    value, a code of one or two bytes for each text column) plus the tables and
+    their sort orders, never two copies of everything.
+    """
+    import numpy as np
+    import pandas as pd
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    pieces = []
-    for run in selected:
-        table = tables[run.info.run_id]
-        n = table.num_rows
-        columns = {"run_id": _constant(run.info.run_id, n)}
-        columns.update({name: table.column(name) for name in _arrow().samples.names})
-        columns.update({name: _constant(v, n) for name, v in run_columns(run).items()})
-        pieces.append(pa.table(columns).select(_arrow().tidy.names).cast(_arrow().tidy))
-    if not pieces:
-        return _arrow().tidy.empty_table()
-    return pa.concat_tables(pieces)
+    runs = list(selected)
+    owned = [tables.pop(r.info.run_id) for r in runs]
+    counts = [t.num_rows for t in owned]
+    total = sum(counts)
+    orders = [_time_order(t) for t in owned]
+    pool = pa.default_memory_pool()
+
+    def fill(name: str, target: np.ndarray, convert) -> np.ndarray:
+        first = 0
+        for i, (count, order) in enumerate(zip(counts, orders, strict=True)):
+            part = convert(owned[i].column(name))
+            target[first : first + count] = part if order is None else part[order]
+            owned[i] = owned[i].drop_columns([name])  # its memory goes back
+            first += count
+            del part
+        pool.release_unused()
+        return target
+
+    columns: dict[str, object] = {}
+    micros = fill(
+        "timestamp",
+        np.empty(total, np.int64),
+        lambda c: pc.cast(c, pa.int64()).to_numpy(),
+    )
+    columns["timestamp"] = pd.Series(micros.view("datetime64[us]")).dt.tz_localize("UTC")
+    del micros
+    columns["value"] = fill("value", np.empty(total, np.float64), lambda c: c.to_numpy())
+    for name in ("key", "listener", "entity"):
+        categories: dict[str, int] = {}
+        for table in owned:
+            for chunk in table.column(name).chunks:
+                for value in chunk.dictionary.to_pylist():
+                    categories.setdefault(value, len(categories))
+        kind = _code_type(len(categories))
+
+        def codes(column, categories=categories, kind=kind):
+            pieces = [
+                np.array([categories[v] for v in chunk.dictionary.to_pylist()], kind)[
+                    chunk.indices.to_numpy(zero_copy_only=False)
+                ]
+                for chunk in column.chunks
+            ]
+            return np.concatenate(pieces) if pieces else np.empty(0, kind)
+
+        columns[name] = pd.Categorical.from_codes(
+            fill(name, np.empty(total, kind), codes), list(categories)
+        )
+    owned.clear()
+    orders.clear()
+    run_codes = np.repeat(np.arange(len(runs), dtype=_code_type(len(runs))), counts)
+    columns["run_id"] = pd.Categorical.from_codes(run_codes, [r.info.run_id for r in runs])
+    tags = [run_columns(run) for run in runs]
+    for name in TAG_COLUMNS:
+        known: dict[str, int] = {}
+        per_run = [-1 if t[name] is None else known.setdefault(t[name], len(known)) for t in tags]
+        columns[name] = pd.Categorical.from_codes(
+            np.repeat(np.array(per_run, _code_type(len(known))), counts), list(known)
+        )
+    return pd.DataFrame({name: columns.pop(name) for name in TIDY_COLUMNS}, copy=False)
 
 
-def _to_pandas(table: pa.Table) -> pd.DataFrame:
-    frame = table.to_pandas()
-    if frame["timestamp"].dtype != "datetime64[us, UTC]":
-        frame["timestamp"] = frame["timestamp"].astype("datetime64[us, UTC]")
-    return frame
+def _code_type(categories: int):
+    """The integer type pandas gives codes of that many categories (no copy on wrapping)."""
+    import numpy as np
+
+    for kind in (np.int8, np.int16, np.int32):
+        if categories < np.iinfo(kind).max:
+            return kind
+    return np.int64
 
 
 # --------------------------------------------------------------------------- the API
@@ -616,13 +794,17 @@ def load(
         ``artifact`` (full rate) or MLflow's ``metrics`` (decimated).
 
     Raises:
-        UsageError: unknown experiment or run, or no tracking store.
+        UsageError: unknown experiment or run, no tracking store, or more samples than
+            fit in memory (:func:`check_fits`: the message says how to ask for less).
     """
     client = open_client(tracking_uri)
     selected = select_runs(client, experiment, runs, include_workload)
-    tables, sources = load_tables(client, selected, KeyFilter(keys), start, end, cache_dir)
-    frame = _to_pandas(_tidy_table(selected, tables))
-    frame.attrs["radt.source"] = sources
+    wanted = KeyFilter(keys)
+    plans = prepare(client, selected, start, end, cache_dir)
+    check_fits(plans, wanted)
+    tables = read_plans(client, plans, wanted, ordered=False)
+    frame = _tidy_frame(selected, tables)
+    frame.attrs["radt.source"] = {p.run.info.run_id: p.source for p in plans}
     return frame
 
 
@@ -648,6 +830,11 @@ def load_wide(
     UTC. A bin without any sample has no row; a key without a sample in a bin
     is NaN. Columns are the keys, sorted. Other arguments are those of
     :func:`load`; join run tags from :func:`radt.summary` on ``run_id``.
+
+    The samples are read and averaged a piece at a time (about a million rows),
+    so memory holds the bins, not the samples: the way to look at all of a
+    day-long run. UsageError when the table of bins itself would not fit
+    (:func:`check_wide_fits`: a longer ``freq``, fewer keys or a time window).
     """
     import numpy as np
     import pandas as pd
@@ -657,37 +844,155 @@ def load_wide(
         raise UsageError(f"freq must be a positive duration, got {freq!r}")
     client = open_client(tracking_uri)
     selected = select_runs(client, experiment, runs, include_workload)
-    tables, sources = load_tables(client, selected, KeyFilter(keys), start, end, cache_dir)
-    frame = _to_pandas(
-        _tidy_table(selected, tables).select(["run_id", "key", "timestamp", "value"])
-    )
-    starts = pd.Series({r.info.run_id: run_start(r) for r in selected}, dtype="datetime64[us, UTC]")
-    if frame.empty:
+    wanted = KeyFilter(keys)
+    plans = prepare(client, selected, start, end, cache_dir)
+    sources = {p.run.info.run_id: p.source for p in plans}
+    check_wide_fits(plans, wanted, step)
+    frames = []
+    for plan in plans:
+        run_id = plan.run.info.run_id
+        names, bins, means = _binned_means(client, plan, wanted, step.value)
+        if not len(bins):
+            continue
+        rows, row_of = np.unique(bins, return_inverse=True)
+        grid = np.full((len(rows), len(names)), np.nan)
+        grid[row_of, means[0]] = means[1]
+        elapsed = rows * step.total_seconds()
+        stamps = run_start(plan.run) + pd.to_timedelta(rows * step.value, unit="ns")
+        part = pd.DataFrame(grid, columns=names)
+        part.insert(0, "timestamp", pd.DatetimeIndex(stamps).astype("datetime64[us, UTC]"))
+        part.index = pd.MultiIndex.from_arrays(
+            [np.full(len(rows), run_id, object), elapsed], names=["run_id", "elapsed_s"]
+        )
+        frames.append(part)
+    if not frames:
         wide = pd.DataFrame(
             {"timestamp": pd.Series(dtype="datetime64[us, UTC]")},
             index=pd.MultiIndex.from_arrays([[], []], names=["run_id", "elapsed_s"]),
         )
         wide.attrs["radt.source"] = sources
         return wide
-    run_codes = frame["run_id"].cat
-    origins = pd.DatetimeIndex([starts[r] for r in run_codes.categories]).as_unit("us")
-    offsets = pd.DatetimeIndex(frame["timestamp"].array) - origins.take(run_codes.codes.to_numpy())
-    frame = frame.assign(bin=np.asarray(offsets // step, np.int64))
-    wide = frame.pivot_table(
-        index=["run_id", "bin"], columns="key", values="value", aggfunc="mean", observed=True
-    )
-    wide.columns = wide.columns.astype(str)
-    wide.columns.name = None
-    wide = wide.reindex(columns=sorted(wide.columns))
-    run_ids = wide.index.get_level_values("run_id").astype(str)
-    bin_index = wide.index.get_level_values("bin").to_numpy(np.int64)
-    elapsed = bin_index * step.total_seconds()
-    stamps = pd.DatetimeIndex(starts.reindex(run_ids).array) + pd.to_timedelta(
-        bin_index * step.value, unit="ns"
-    )
-    wide.insert(0, "timestamp", stamps.astype("datetime64[us, UTC]"))
-    wide.index = pd.MultiIndex.from_arrays([run_ids, elapsed], names=["run_id", "elapsed_s"])
-    order = {r.info.run_id: i for i, r in enumerate(selected)}
-    wide = wide.iloc[np.lexsort((elapsed, [order[r] for r in run_ids]))]
+    wide = pd.concat(frames) if len(frames) > 1 else frames[0]
+    keys_sorted = sorted(c for c in wide.columns if c != "timestamp")
+    wide = wide.reindex(columns=["timestamp", *keys_sorted])
     wide.attrs["radt.source"] = sources
     return wide
+
+
+def run_pieces(client, plan: _Plan, keys: KeyFilter) -> Iterable[pa.Table]:
+    """The samples of one planned run in the samples schema, a piece at a time (about a
+    million rows each): what :func:`read_plans` reads for it, never all of it at once."""
+    for piece in _run_pieces(client, plan, keys):
+        yield _conform(piece)
+
+
+def file_pieces(path: Path, keys: KeyFilter, max_rows: int | None = None) -> Iterable[pa.Table]:
+    """The samples of one ``samples.parquet`` file that ``keys`` accepts, a piece of about
+    ``max_rows`` rows at a time (default: the artifact's piece size; what
+    :func:`read_samples` returns whole)."""
+    from radt.analysis.artifact import PIECE_ROWS, Artifact
+
+    pieces = Artifact(path).pieces(keys, keys.everything, max_rows=max_rows or PIECE_ROWS)
+    for piece in pieces:
+        yield _conform(piece)
+
+
+def _run_pieces(client, plan: _Plan, keys: KeyFilter):
+    """The samples of one planned run, a piece at a time: the artifact's (key-sorted) pieces,
+    then each metric read from MLflow's history."""
+    if plan.artifact is not None:
+        from radt.analysis.artifact import Artifact
+
+        artifact = Artifact(plan.artifact)
+        yield from artifact.pieces(keys, keys.everything, _lo_us(plan.lo), _hi_us(plan.hi))
+    for name in _script_keys(plan.run, keys, with_system=plan.artifact is None):
+        yield metric_history(client, plan.run.info.run_id, name, plan.lo, plan.hi)
+
+
+def _binned_means(client, plan: _Plan, keys: KeyFilter, step_ns: int):
+    """One run's samples averaged per key and time bin, a piece at a time.
+
+    Returns the keys, and for every (key, bin) holding samples: the bin (counted
+    from the run's start), and (the key's position in the keys, the mean).
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    origin_us = run_start(plan.run).value // 1000
+    names: list[str] = []
+    position: dict[str, int] = {}
+    partial: list[tuple[np.ndarray, ...]] = []
+    for piece in _run_pieces(client, plan, keys):
+        column = piece.column("key")
+        codes = []
+        for chunk in column.chunks:
+            if not pa.types.is_dictionary(chunk.type):
+                chunk = chunk.dictionary_encode()
+            lookup = np.array(
+                [position.setdefault(k, len(position)) for k in chunk.dictionary.to_pylist()],
+                np.int64,
+            )
+            codes.append(lookup[chunk.indices.to_numpy(zero_copy_only=False)])
+        code = np.concatenate(codes) if codes else np.empty(0, np.int64)
+        micros = pc.cast(piece.column("timestamp"), pa.int64()).to_numpy()
+        values = piece.column("value").to_numpy()
+        del piece, column
+        bins = (micros - origin_us) * 1000 // step_ns
+        partial.append(_sums(code, bins, values, np.ones(len(values), np.int64)))
+    names = sorted(position, key=position.__getitem__)
+    if not partial:
+        return names, np.empty(0, np.int64), (np.empty(0, np.int64), np.empty(0))
+    code, bins, sums, counts = (np.concatenate(p) for p in zip(*partial, strict=True))
+    code, bins, sums, counts = _sums(code, bins, sums, counts)
+    return names, bins, (code, sums / counts)
+
+
+def _sums(code, bins, values, counts):
+    """Sums of ``values`` and ``counts`` per (code, bin), sorted by code, then bin."""
+    import numpy as np
+
+    if len(code) == 0:
+        return code, bins, values, counts
+    ordered = np.all((code[1:] > code[:-1]) | ((code[1:] == code[:-1]) & (bins[1:] >= bins[:-1])))
+    if not ordered:
+        order = np.lexsort((bins, code))
+        code, bins, values, counts = code[order], bins[order], values[order], counts[order]
+    starts = np.flatnonzero(
+        np.concatenate([[True], (code[1:] != code[:-1]) | (bins[1:] != bins[:-1])])
+    )
+    return (
+        code[starts],
+        bins[starts],
+        np.add.reduceat(values, starts),
+        np.add.reduceat(counts, starts),
+    )
+
+
+def check_wide_fits(plans: Sequence[_Plan], keys: KeyFilter, step) -> None:
+    """Refuse a :func:`load_wide` whose table (bins × keys) would not fit in memory."""
+    from radt.analysis.artifact import Artifact
+
+    cells = 0
+    for plan in plans:
+        if plan.artifact is None:
+            continue
+        artifact = Artifact(plan.artifact)
+        lo, hi = _lo_us(plan.lo), _hi_us(plan.hi)
+        entries = list(artifact._wanted(keys, lo, hi)) if artifact.index is not None else []
+        if not entries:
+            continue
+        first = min(e.first_us for e in entries) if lo is None else lo
+        last = max(e.last_us for e in entries) if hi is None else hi
+        bins = min(
+            max(1, (last - first) * 1000 // step.value + 1),
+            sum(e.rows for e in entries),
+        )
+        cells += bins * len(entries)
+    need, limit = cells * 8 * 3, memory_limit()
+    if need > limit:
+        raise UsageError(
+            f"a table with {cells:,} cells of {step} bins needs about {_gib(need)} of memory, "
+            f"more than the {_gib(limit)} available ({LIMIT_VARIABLE} sets the limit); ask for "
+            "less: a longer freq=, fewer keys (keys=[...]) or a time window (start=, end=)"
+        )

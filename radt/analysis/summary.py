@@ -59,17 +59,21 @@ from radt.analysis.figures import (
 from radt.analysis.load import (
     KeyFilter,
     grouping,
-    load_tables,
     open_client,
+    prepare,
     probe,
+    read_plans,
     run_columns,
+    run_pieces,
     search_all,
     select_runs,
 )
 from radt.errors import UsageError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
+    import pyarrow as pa
 
     from radt.analysis.windows import Timeline, Window
 
@@ -766,9 +770,9 @@ def summary(
             if parent in records:
                 wanted.add(parent)
     needed = [by_id[i] for i in sorted(wanted, key=lambda i: _order(by_id[i]))]
-    tables, _ = load_tables(client, needed, KeyFilter(SUMMARY_KEYS), cache_dir=cache_dir)
-    _compute(records, needed, tables, children)
-    attribute(records, needed, tables, children)
+    plans = prepare(client, needed, cache_dir=cache_dir)
+    extra = _compute(client, records, plans, children)
+    attribute(records, needed, extra, children)
 
     baselines = sorted(
         (r for r in (records[i] for i in wanted) if r.baseline_candidate),
@@ -817,15 +821,76 @@ def _order(run) -> tuple:
     return (run.info.start_time or 0, run.info.run_id)
 
 
-def _compute(records: dict[str, Record], needed: Sequence, tables: dict, children) -> None:
-    """Windows and figures of every needed run: clients first, then their workloads."""
-    from radt.analysis.windows import timeline
+def run_series(
+    pieces: Iterable[pa.Table | pd.DataFrame], tags: Mapping[str, str]
+) -> tuple[dict, Timeline]:
+    """A run's device series (:func:`device_series`) and :class:`Timeline` from its samples
+    handed over a piece at a time (tables, or tidy frames): only one piece is a frame at once.
 
-    for run in needed:
-        record = records[run.info.run_id]
-        frame = tables[record.run_id].to_pandas()
-        record.series = device_series(frame)
-        record.timeline = timeline(frame, record.tags)
+    The same as both computed from all the pieces as one frame: each key's pieces are
+    joined in the order read and sorted by time, stably.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from radt.analysis.windows import SCRIPT_KEYS, timeline
+
+    parts: dict[tuple[str, str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    script = []
+    for piece in pieces:
+        frame = piece if isinstance(piece, pd.DataFrame) else piece.to_pandas()
+        del piece
+        for name, pair in device_series(frame).items():
+            parts.setdefault(name, []).append(pair)
+        rows = frame[frame["key"].isin(SCRIPT_KEYS)]
+        if len(rows):
+            script.append(rows.astype({"key": str}))
+        del frame, rows
+    series = {}
+    while parts:
+        name, pairs = parts.popitem()
+        seconds = np.concatenate([p[0] for p in pairs])
+        values = np.concatenate([p[1] for p in pairs])
+        if len(pairs) > 1:
+            order = np.argsort(seconds, kind="stable")
+            seconds, values = seconds[order], values[order]
+        series[name] = (seconds, values)
+    return series, timeline(pd.concat(script) if script else None, tags)
+
+
+def _compute(client, records: dict[str, Record], plans: Sequence, children) -> dict:
+    """Windows and figures of every needed run: clients first, then their workloads; returns
+    each run's samples of the attribution's keys (:data:`ATTRIBUTION_KEYS`), as tables.
+
+    A run with a samples artifact is read a piece at a time (:func:`run_series`): memory
+    holds the series the figures use, never the run's samples as a table. Runs read
+    from MLflow's decimated metrics are small and read together, in parallel.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted, extra_keys = KeyFilter(SUMMARY_KEYS), KeyFilter(ATTRIBUTION_KEYS)
+    decimated = read_plans(client, [p for p in plans if p.artifact is None], wanted)
+    extra: dict[str, pa.Table] = {}
+
+    def tap(pieces, kept: list) -> Iterable[pa.Table]:
+        for piece in pieces:  # the attribution's own keys are kept aside as rows
+            names = [k for k in pc.unique(piece["key"]).to_pylist() if k and extra_keys(k)]
+            if names:
+                kept.append(piece.filter(pc.is_in(piece["key"], value_set=pa.array(names))))
+            yield piece
+
+    for plan in plans:
+        record = records[plan.run.info.run_id]
+        if plan.artifact is None:
+            pieces = [decimated.pop(record.run_id)]
+        else:
+            pieces = run_pieces(client, plan, wanted)
+        kept: list[pa.Table] = []
+        record.series, record.timeline = run_series(tap(pieces, kept), record.tags)
+        if kept:
+            extra[record.run_id] = pa.concat_tables(kept)
+    needed = [plan.run for plan in plans]
     ids = {run.info.run_id for run in needed}
     for run in needed:
         record = records[run.info.run_id]
@@ -842,6 +907,7 @@ def _compute(records: dict[str, Record], needed: Sequence, tables: dict, childre
         kids = [records[k.info.run_id] for k in children.get(record.run_id, [])]
         if all(k.window is not None for k in kids):  # else only loaded for a baseline's energy
             _provider(record, kids)
+    return extra
 
 
 # --------------------------------------------------------------------------- repeats

@@ -13,17 +13,16 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+import pyarrow as pa
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from radt.listener import Sample
+from radt.record.compact import compact
 from radt.record.decimate import Decimator
 from radt.record.phases import ARTIFACT as PHASES_ARTIFACT
 from radt.record.phases import compact_phases
 from radt.record.runfolder import RunFolder, RunState, disk_full
-from radt.record.spool import compact, read_spool
+from radt.record.spool import iter_spool
 from radt.record.writer import MAX_BATCH, is_permanent
 
 SAMPLES_ARTIFACT = "radt/samples.parquet"
@@ -36,26 +35,30 @@ DOING = {
 }
 
 
+RESEND_ROWS = 1_000_000
+"""Spooled samples decimated at once by :func:`resend_metrics`."""
+
+
 def resend_metrics(client: MlflowClient, folder: RunFolder, state: RunState) -> int:
     """Send the whole decimated stream again from the spool; return the point count.
 
-    Points equal those the live stream sent, which MLflow de-duplicates.
+    Points equal those the live stream sent, which MLflow de-duplicates. The
+    spool is read, decimated and sent a part at a time: memory stays flat
+    however long the run was.
     """
-    table, _ = read_spool(folder.spool)
     decimator = Decimator(state.window_s, state.started_s)
-    micros = pc.cast(table.column("timestamp"), "int64").to_pylist()
-    samples = (
-        Sample(ts / 1e6, key, value)
-        for ts, key, value in zip(
-            micros,
-            table.column("key").to_pylist(),
-            table.column("value").to_pylist(),
-            strict=True,
-        )
-    )
-    points = decimator.add(samples) + decimator.flush()
-    _log_points(client, state.run_id, points)
-    return len(points)
+    sent = 0
+    held: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in iter_spool(folder.spool, []):
+        held.append(batch)
+        rows += batch.num_rows
+        if rows >= RESEND_ROWS:
+            sent += _log_points(client, state.run_id, decimator.add(pa.Table.from_batches(held)))
+            held, rows = [], 0
+    if held:
+        sent += _log_points(client, state.run_id, decimator.add(pa.Table.from_batches(held)))
+    return sent + _log_points(client, state.run_id, decimator.flush())
 
 
 def summarize(
@@ -75,14 +78,16 @@ def summarize(
     (default: the folder's compacted ``samples.parquet``).
     """
     from radt.analysis.closing import HEADLINE, METRIC_PREFIX, closing_figures, key_table
+    from radt.analysis.load import KeyFilter, file_pieces
+    from radt.analysis.summary import SUMMARY_KEYS
 
-    samples = pq.read_table(
-        samples_path or folder.path / "samples.parquet", columns=["timestamp", "key", "value"]
-    )
-    if samples.num_rows:
+    # the samples a piece at a time: memory stays flat however long the run was
+    path = samples_path or folder.path / "samples.parquet"
+    table = key_table(file_pieces(path, KeyFilter(None)))
+    if table.num_rows:
         target = folder.attachments / "radt" / "summary.csv"
         target.parent.mkdir(parents=True, exist_ok=True)
-        key_table(samples).to_pandas().to_csv(target, index=False)
+        table.to_pandas().to_csv(target, index=False)
     run = client.get_run(state.run_id)
     tags = {**run.data.tags, **state.tags}
     closing = closing_figures(
@@ -91,7 +96,7 @@ def summarize(
         state.experiment_id,
         state.status,
         tags,
-        samples.to_pandas(),
+        file_pieces(path, KeyFilter(SUMMARY_KEYS)),
         state.started_s,
         state.ended_s,
         run.data.metrics.get("examples"),
@@ -108,13 +113,14 @@ def summarize(
     ]
 
 
-def _log_points(client: MlflowClient, run_id: str, points: list[Metric]) -> None:
+def _log_points(client: MlflowClient, run_id: str, points: list[Metric]) -> int:
     for first in range(0, len(points), MAX_BATCH):
         try:
             client.log_batch(run_id, metrics=points[first : first + MAX_BATCH], synchronous=True)
         except Exception as exc:
             if not is_permanent(exc):
                 raise
+    return len(points)
 
 
 def finish(

@@ -1,17 +1,21 @@
 """The recorder: takes samples from every listener, spools them, streams them.
 
 Every sample is appended to the local spool first (the full-rate truth); a
-decimated stream goes to MLflow through the one batched writer.
+decimated stream goes to MLflow through the one batched writer. What the
+listeners emitted since the last flush becomes one Arrow table, in the order it
+was emitted, which the spool and the decimator take as arrays.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from radt.listener import Sample
+import pyarrow as pa
+
+from radt.listener import Sample, SampleBatch, Samples
 from radt.record.decimate import Decimator
-from radt.record.spool import SpoolWriter
+from radt.record.spool import SpoolWriter, as_table
 from radt.record.writer import BatchWriter
 from radt.words import count
 
@@ -35,18 +39,27 @@ class Recorder:
         self.warn = warn
         self.flush_s = flush_s
         self.received = 0
-        self.unspooled: list[Sample] = []
-        self._buffer: list[Sample] = []
+        self.unspooled: pa.Table | None = None
+        """Samples the spool could not take yet (a full disk), the latest ``MAX_UNSPOOLED``."""
+        self._buffer: list[list[Sample] | pa.Table] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._spool_failed = False
         self._reported: set[str] = set()
         self._thread = threading.Thread(target=self._loop, name="radt-recorder", daemon=True)
 
-    def emit(self, samples: Iterable[Sample]) -> None:
-        """Hand samples to the recorder; thread-safe and quick."""
+    def emit(self, samples: Samples) -> None:
+        """Hand samples (an iterable of :class:`Sample`, or a :class:`SampleBatch`) to the
+        recorder; thread-safe and quick."""
+        if isinstance(samples, SampleBatch):
+            with self._lock:
+                self._buffer.append(samples.table)
+            return
         with self._lock:
-            self._buffer.extend(samples)
+            if self._buffer and isinstance(self._buffer[-1], list):
+                self._buffer[-1].extend(samples)
+            else:
+                self._buffer.append(list(samples))
 
     def start(self) -> None:
         """Start the writer and the flushing thread."""
@@ -63,8 +76,10 @@ class Recorder:
             self.spool.close()
         except OSError as exc:
             self.warn(f"could not close the spool cleanly: {exc}")
-        if self.unspooled:
-            self.warn(f"{count(len(self.unspooled), 'sample')} could not be written to the spool")
+        if self.unspooled is not None:
+            self.warn(
+                f"{count(self.unspooled.num_rows, 'sample')} could not be written to the spool"
+            )
         return self.writer.close(send_timeout_s)
 
     def _loop(self) -> None:
@@ -73,10 +88,12 @@ class Recorder:
 
     def _flush(self) -> None:
         with self._lock:
-            batch, self._buffer = self._buffer, []
-        if not batch:
+            pieces, self._buffer = self._buffer, []
+        tables = [as_table(piece) for piece in pieces if len(piece)]
+        if not tables:
             return
-        self.received += len(batch)
+        batch = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        self.received += batch.num_rows
         self._spool(batch)
         self.writer.put(self.decimator.add(batch))
         for key in self.decimator.rejected.keys() - self._reported:
@@ -86,8 +103,8 @@ class Recorder:
                 "radt/samples.parquet but is not sent to MLflow's metrics"
             )
 
-    def _spool(self, batch: list[Sample]) -> None:
-        pending = self.unspooled + batch
+    def _spool(self, batch: pa.Table) -> None:
+        pending = batch if self.unspooled is None else pa.concat_tables([self.unspooled, batch])
         try:
             self.spool.append(pending)
         except OSError as exc:
@@ -98,9 +115,11 @@ class Recorder:
                     "training goes on, samples are held in memory and still sent to MLflow — "
                     "free some disk space"
                 )
-            self.unspooled = pending[-MAX_UNSPOOLED:]
+            held = pending.slice(max(0, pending.num_rows - MAX_UNSPOOLED))
+            self.unspooled = held.combine_chunks() if held.num_rows else None
             return
         if self._spool_failed:
-            self.warn(f"spool writable again; {len(self.unspooled)} held samples written")
+            written = 0 if self.unspooled is None else self.unspooled.num_rows
+            self.warn(f"spool writable again; {written} held samples written")
             self._spool_failed = False
-        self.unspooled = []
+        self.unspooled = None

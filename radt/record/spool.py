@@ -5,6 +5,11 @@ record batch and flushes it, so a crash loses at most the batch in flight; a
 chunk cut short by a crash is read up to its last whole batch. A write that
 fails part-way (a full disk) is cut back to the chunk's last whole batch, and
 the next append starts a fresh chunk, so no chunk holds a torn message.
+
+Samples arrive as :class:`Sample` tuples or as a :class:`SampleBatch` (columns);
+either way one append is one Arrow batch. The end of a run compacts the spool
+into the samples artifact (:mod:`radt.record.compact`), reading it back one
+batch at a time (:func:`iter_spool`).
 """
 
 from __future__ import annotations
@@ -12,14 +17,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 
-from radt.listener import Sample
+from radt.listener import Sample, SampleBatch
 from radt.words import count
 
 SCHEMA = pa.schema(
@@ -34,6 +38,8 @@ CHUNK_GLOB = "chunk-*.arrows"
 
 def samples_to_batch(samples: Sequence[Sample]) -> pa.RecordBatch:
     """Turn samples into one record batch of the spool schema."""
+    if not isinstance(samples, Sequence):
+        samples = list(samples)
     return pa.record_batch(
         [
             pa.array([round(s.timestamp * 1e6) for s in samples], pa.int64()).cast(
@@ -44,6 +50,21 @@ def samples_to_batch(samples: Sequence[Sample]) -> pa.RecordBatch:
         ],
         schema=SCHEMA,
     )
+
+
+SpoolInput = Sequence[Sample] | SampleBatch | pa.Table | pa.RecordBatch
+"""What the spool and the decimator take: samples, a batch of them, or a table of SCHEMA."""
+
+
+def as_table(samples: SpoolInput) -> pa.Table:
+    """Any :data:`SpoolInput` as a table of :data:`SCHEMA` (no copy where it already is one)."""
+    if isinstance(samples, SampleBatch):
+        return samples.table
+    if isinstance(samples, pa.Table):
+        return samples
+    if isinstance(samples, pa.RecordBatch):
+        return pa.Table.from_batches([samples])
+    return pa.Table.from_batches([samples_to_batch(samples)])
 
 
 class SpoolWriter:
@@ -61,21 +82,23 @@ class SpoolWriter:
         self._good_bytes = 0
         self.rows = 0
 
-    def append(self, samples: Sequence[Sample]) -> None:
+    def append(self, samples: SpoolInput) -> None:
         """Write ``samples`` as one batch and flush it to the OS. Raises OSError."""
-        if not samples:
+        table = as_table(samples)
+        if table.num_rows == 0:
             return
+        batch = table.combine_chunks().to_batches()[0] if table.num_columns else None
         if self._writer is None or time.monotonic() - self._opened >= self.chunk_s:
             self._rotate()
         assert self._writer is not None and self._sink is not None
         try:
-            self._writer.write_batch(samples_to_batch(samples))
+            self._writer.write_batch(batch)
             self._sink.flush()
         except OSError:
             self._abandon()
             raise
         self._good_bytes = self._sink.tell()
-        self.rows += len(samples)
+        self.rows += table.num_rows
 
     def close(self) -> None:
         """Finish the current chunk."""
@@ -124,34 +147,50 @@ def _chunk_number(path: Path) -> int:
     return int(digits) if digits.isdigit() else 0
 
 
-def read_spool(folder: Path) -> tuple[pa.Table, list[str]]:
-    """Read every chunk under ``folder`` in order.
+def iter_spool(folder: Path, problems: list[str]) -> Iterator[pa.RecordBatch]:
+    """Every batch of every chunk under ``folder``, in order, one at a time.
 
-    Returns the samples and a list of problems: a chunk that is damaged is read
-    up to its last whole batch, and the rest of it is reported and skipped.
+    A chunk that is damaged is read up to its last whole batch; the rest of it
+    is skipped and reported by a line appended to ``problems``.
     """
-    batches: list[pa.RecordBatch] = []
-    problems: list[str] = []
     for path in sorted(folder.glob(CHUNK_GLOB)):
         read = 0
         try:
-            with pa.OSFile(str(path), "rb") as source:
+            with pa.memory_map(str(path), "r") as source:
                 reader = ipc.open_stream(source)
                 if reader.schema != SCHEMA:
                     raise ValueError(f"unexpected columns {reader.schema.names}")
-                for batch in reader:
+                while True:
+                    try:
+                        batch = reader.read_next_batch()
+                    except StopIteration:
+                        break
                     batch.validate(full=True)
-                    batches.append(batch)
                     read += batch.num_rows
+                    yield batch
         except (pa.ArrowInvalid, OSError, ValueError) as exc:
             reason = " ".join(str(exc).split())[:200]
             kept = count(read, "sample")
             problems.append(f"{path.name}: kept {kept}, skipped the rest ({reason})")
+
+
+def read_spool(folder: Path) -> tuple[pa.Table, list[str]]:
+    """Read every chunk under ``folder`` in order, all at once (small spools, tests).
+
+    Returns the samples and a list of problems, as :func:`iter_spool` reports them.
+    """
+    problems: list[str] = []
+    batches = list(iter_spool(folder, problems))
     return pa.Table.from_batches(batches, schema=SCHEMA), problems
 
 
 def tidy(table: pa.Table) -> pa.Table:
-    """Sort by time and add the ``listener`` and ``entity`` columns parsed from the key."""
+    """Sort by time and add the ``listener`` and ``entity`` columns parsed from the key.
+
+    This is the layout of samples artifacts written before they were sorted by key
+    (radT 0.3.0.dev until the streaming compaction); :func:`radt.load` still reads
+    them. New artifacts are written by :mod:`radt.record.compact`.
+    """
     table = table.sort_by([("timestamp", "ascending"), ("key", "ascending")])
     keys = table.column("key").to_pylist()
     unique = {key: _split_key(key) for key in set(keys)}
@@ -173,10 +212,3 @@ def _split_key(key: str) -> tuple[str, str]:
     if len(parts) < 3:
         return parts[0], ""
     return parts[0], "/".join(parts[1:-1])
-
-
-def compact(folder: Path, target: Path) -> tuple[int, list[str]]:
-    """Write the spool under ``folder`` as one tidy Parquet file; return rows and problems."""
-    table, problems = read_spool(folder)
-    pq.write_table(tidy(table), target, compression="zstd")
-    return table.num_rows, problems

@@ -6,10 +6,11 @@ tests put this folder on PYTHONPATH, exactly how an installed package is found.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
-from radt import PolledListener, Sample
+from radt import PolledListener, Sample, SampleBatch
 
 
 class CounterListener(PolledListener):
@@ -77,3 +78,36 @@ class ConstantPowerListener(PolledListener):
             Sample(now, "nvml/gpu0/power_w", self.watts),
             Sample(now, "nvml/gpu0/energy_j", self.watts * (now - self.origin)),
         ]
+
+
+class BatchListener(PolledListener):
+    """Hands over 40 keys per poll as one ``SampleBatch``; on odd polls key 7 is NaN (missing).
+
+    With ``RADT_TEST_BATCH_LOG`` set, each poll's time and values are appended
+    there as a JSON line, so a test knows exactly what was handed over.
+    """
+
+    name = "batch"
+    default_interval_s = 0.02
+    on_by_default = False  # only where a test asks for it (-l batch)
+    KEYS = [f"batch/dev{i % 4}/q{i:02d}_pct" for i in range(40)]
+
+    def open(self, run) -> None:
+        self.n = 0
+        path = os.environ.get("RADT_TEST_BATCH_LOG")
+        self.log = open(path, "w") if path else None  # noqa: SIM115 - closed in close()
+
+    def poll(self) -> SampleBatch:
+        now = time.time()
+        values = [self.n * 1000.0 + i + 0.125 for i in range(len(self.KEYS))]
+        if self.n % 2:
+            values[7] = float("nan")
+        if self.log is not None:
+            self.log.write(json.dumps([now, values]) + "\n")
+            self.log.flush()
+        self.n += 1
+        return SampleBatch(now, self.KEYS, values)
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()

@@ -591,7 +591,11 @@ def frontier_figure(table: pd.DataFrame, normalised: bool = False) -> go.Figure:
         fig.update_xaxes(
             title_text="provider time per example", ticksuffix="s", exponentformat="SI"
         )
+        host = "energy_source" in points and (points["energy_source"] == "host").all()
         fig.update_yaxes(
-            title_text="provider energy per example", ticksuffix="J", exponentformat="SI"
+            title_text="provider energy per example"
+            + (" (host: CPU packages + DRAM, rapl)" if host else ""),
+            ticksuffix="J",
+            exponentformat="SI",
         )
     return _finish(fig, title)

@@ -274,3 +274,29 @@ def test_a_study_gives_its_frontier_in_export_and_on_the_compare_page(tmp_path, 
             wait_for(lambda: "normalised" in page.inner_text("#cmp-frontier"), timeout=60)
         finally:
             browser.close()
+
+
+def test_a_job_without_gpu_energy_takes_the_hosts_and_says_so():
+    # Job C ran on a machine without a GPU; rapl gave host energy per example (nJ):
+    # none (100 ns, 30 nJ), naive x2 (60 ns, 40 nJ), mps x2 (90 ns, 45 nJ: dominated by
+    # naive x2, bloat 100 × (45 / 40 − 1) = 12.5 %). Job A keeps its GPU energy.
+    host_rows = [
+        {**row("c1", "C", "none", None, 100, NAN, level="run"), "host_energy_per_example_nj": 30},
+        {**row("c2", "C", "naive x2", None, 60, NAN), "host_energy_per_example_nj": 40},
+        {**row("c3", "C", "mps x2", None, 90, NAN), "host_energy_per_example_nj": 45},
+        {**row("a3", "A", "naive x2", None, 80, 60), "host_energy_per_example_nj": 1000},
+    ]
+    result = table(host_rows)
+    c = result[result["job"] == "C"].set_index("configuration")
+    assert set(c["energy_source"]) == {"host"}
+    assert c.loc["none", "energy_per_example_nj"] == 30
+    assert [bool(c.loc[k, "on_frontier"]) for k in ("none", "naive x2", "mps x2")] == [
+        True,
+        True,
+        False,
+    ]
+    assert c.loc["mps x2", "energy_bloat_pct"] == pytest.approx(12.5)
+    assert c.loc["none", "energy_optimal"] and c.loc["naive x2", "time_optimal"]
+    assert math.isnan(c.loc["none", "energy_per_example_norm"])
+    a = point(result, "A", "naive x2")
+    assert a["energy_source"] == "gpu" and a["energy_per_example_nj"] == 60

@@ -8,8 +8,13 @@ of the two. Its **energy bloat** is how much more energy per example it uses tha
 frontier point that is at least as fast: ``100 × (e / min{e_f : f on the frontier, t_f ≤ t} − 1)``
 percent, 0 on the frontier. The **energy-optimal** point is the frontier point with the least
 energy (the faster one on a tie), the **time-optimal** point the fastest (the cheaper one on a
-tie). A point without both figures (no examples, no GPU energy) is listed with ``on_frontier``
+tie). A point without both figures (no examples, no energy) is listed with ``on_frontier``
 missing and the reason in ``frontier_note``; figures on different bases are never compared.
+
+The energy is the GPU's (``energy_source = "gpu"``). A Job none of whose points has GPU
+energy (a study on a machine without a GPU) takes the host's instead, the CPU packages and
+DRAM from ``rapl`` (``host_energy_per_example_nj``, ``energy_source = "host"``); the two
+are never mixed within a Job, and a host frontier has no normalised energy.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ if TYPE_CHECKING:
 
 TIME, ENERGY = "time_per_example_ns", "energy_per_example_nj"
 TIME_NORM, ENERGY_NORM = "time_per_example_norm", "energy_per_example_norm"
-FIGURES = (TIME, ENERGY, TIME_NORM, ENERGY_NORM, "examples_per_s")
+HOST_ENERGY = "host_energy_per_example_nj"
+FIGURES = (TIME, ENERGY, TIME_NORM, ENERGY_NORM, "examples_per_s", HOST_ENERGY)
 KEYS = ("job", "configuration", "power_limit_w", "basis")
 COLUMNS = (
     *KEYS,
@@ -34,6 +40,7 @@ COLUMNS = (
     ENERGY,
     f"{TIME}_std",
     f"{ENERGY}_std",
+    "energy_source",
     TIME_NORM,
     ENERGY_NORM,
     "examples_per_s",
@@ -66,7 +73,8 @@ def frontier(
     Returns:
         One row per point, columns :data:`COLUMNS`: the group, ``count`` (repeats), the mean
         provider ``time_per_example_ns`` and ``energy_per_example_nj`` with their ``_std``,
-        the mean normalised figures (over the Job's ``none`` baseline at the default power
+        ``energy_source`` (``gpu``, or ``host`` for a Job without GPU energy), the mean
+        normalised figures (over the Job's ``none`` baseline at the default power
         limit: the whole GPU at full power), ``on_frontier``, ``energy_bloat_pct``,
         ``energy_optimal``, ``time_optimal``, ``frontier_note`` and ``run_ids``; sorted by Job,
         then time per example.
@@ -91,6 +99,7 @@ def frontier_table(frame: pd.DataFrame, by: str | None = "job") -> pd.DataFrame:
     finished = frame[frame["level"].isin(("provider", "run")) & (frame["status"] == "FINISHED")]
     if finished.empty:
         return pd.DataFrame(columns=list(COLUMNS))
+    finished = finished.reindex(columns=list(dict.fromkeys([*finished.columns, *FIGURES])))
     table = repeats(finished, figures=FIGURES)
     table = table[table["view"] == "provider"].copy()
     points = pd.DataFrame(
@@ -100,14 +109,34 @@ def frontier_table(frame: pd.DataFrame, by: str | None = "job") -> pd.DataFrame:
             **{name: table[f"{name}_mean"] for name in FIGURES},
             f"{TIME}_std": table[f"{TIME}_std"],
             f"{ENERGY}_std": table[f"{ENERGY}_std"],
+            f"{HOST_ENERGY}_std": table[f"{HOST_ENERGY}_std"],
             "run_ids": table["run_ids"],
         }
     )
-    group = ["job", "basis"] if by == "job" else ["basis"]
+    points = pd.concat(
+        [_energy_source(part.copy()) for _, part in points.groupby("job", sort=False)],
+        ignore_index=True,
+    )
+    group = ["job", "basis"] if by == "job" else ["basis", "energy_source"]
     parts = [_mark(part.copy()) for _, part in points.groupby(group, sort=False, dropna=False)]
     out = pd.concat(parts, ignore_index=True) if parts else points
     out = out.sort_values(["job", TIME], na_position="last", kind="stable")
     return out.reindex(columns=list(COLUMNS)).reset_index(drop=True)
+
+
+def _energy_source(points: pd.DataFrame) -> pd.DataFrame:
+    """One Job's points on GPU energy, else (no point has any) on the host's (rapl)."""
+    if (
+        points[ENERGY].astype(float).gt(0).any()
+        or not points[HOST_ENERGY].astype(float).gt(0).any()
+    ):
+        points["energy_source"] = "gpu"
+        return points
+    points[ENERGY] = points[HOST_ENERGY]
+    points[f"{ENERGY}_std"] = points[f"{HOST_ENERGY}_std"]
+    points[ENERGY_NORM] = math.nan
+    points["energy_source"] = "host"
+    return points
 
 
 def _known(value) -> bool:
@@ -155,4 +184,7 @@ def _mark(points: pd.DataFrame) -> pd.DataFrame:
 def _why(point) -> str:
     if not _known(point[TIME]):
         return "no time per example (no examples in the provider window)"
-    return "no energy per example (no GPU energy recorded: a GPU listener is needed)"
+    return (
+        "no energy per example (neither GPU nor host energy recorded: a GPU listener, or rapl "
+        "where the CPU's energy counters can be read, is needed)"
+    )

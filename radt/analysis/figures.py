@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -140,30 +140,57 @@ def integrate_power(
     return float(np.sum(((watts[1:] + watts[:-1]) / 2.0 * steps)[inside]))
 
 
-def _energy(
+def energy_per_gpu(
     series: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndarray]],
-) -> tuple[float, dict[str, tuple[str, str]]]:
-    """Joules over every GPU and, per GPU, ``(listener, "counter" | "integrated_power")``."""
-    gpus = sorted({gpu for (_, gpu, quantity) in series if quantity in ("energy_j", "power_w")})
-    total, used = 0.0, {}
+    from_counter: Callable[[np.ndarray, np.ndarray], float],
+    from_power: Callable[[np.ndarray, np.ndarray], float],
+) -> tuple[float, dict[str, tuple[str, str]], list[str]]:
+    """GPU energy summed over the GPUs of ``series``, each GPU by the best source it has.
+
+    Per GPU the energy counter (``nvml``, else ``dcgm``) through ``from_counter(seconds,
+    joules)``, else power (``nvml``, ``dcgm``, ``smi``) through ``from_power(seconds,
+    watts)``; either returns NaN when it cannot tell. Returns ``(joules, {gpu: (listener,
+    "counter" | "integrated_power")}, GPUs with no energy)``; the joules are NaN when no GPU
+    has any.
+    """
+    gpus = sorted(
+        {
+            gpu
+            for (_, gpu, quantity) in series
+            if quantity in ("energy_j", "power_w") and gpu.startswith("gpu")
+        }
+    )
+    total, used, missing = 0.0, {}, []
     for gpu in gpus:
         joules = NAN
         for listener in ENERGY_LISTENERS:
             if (listener, gpu, "energy_j") in series:
-                joules = counter_energy(series[listener, gpu, "energy_j"][1])
+                joules = from_counter(*series[listener, gpu, "energy_j"])
                 if math.isfinite(joules):
                     used[gpu] = (listener, "counter")
                     break
         if not math.isfinite(joules):
             for listener in POWER_LISTENERS:
                 if (listener, gpu, "power_w") in series:
-                    joules = integrate_power(*series[listener, gpu, "power_w"])
+                    joules = from_power(*series[listener, gpu, "power_w"])
                     if math.isfinite(joules):
                         used[gpu] = (listener, "integrated_power")
                         break
         if math.isfinite(joules):
             total += joules
-    return (total if used else NAN), used
+        else:
+            missing.append(gpu)
+    return (total if used else NAN), used, missing
+
+
+def _energy(
+    series: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndarray]],
+) -> tuple[float, dict[str, tuple[str, str]]]:
+    """Joules over every GPU and all its samples, and per GPU its source (see energy_per_gpu)."""
+    joules, used, _ = energy_per_gpu(
+        series, lambda _seconds, joules: counter_energy(joules), integrate_power
+    )
+    return joules, used
 
 
 def energy_method(

@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from radt.analysis.figures import (
-    ENERGY_LISTENERS,
     FIGURES,
     GAP_FACTOR,
     MEMORY_LISTENERS,
     NAN,
     POWER_LISTENERS,
     UTIL_LISTENERS,
+    energy_per_gpu,
     epoch_seconds,
 )
 
@@ -464,31 +464,15 @@ def energy_between(series: Series, start: float, end: float) -> tuple[float, dic
     series that cover neither way makes the energy missing (NaN) with the note.
     Returns ``(joules, {gpu: (listener, "counter" | "integrated_power")}, note)``.
     """
-    gpus = sorted({gpu for (_, gpu, quantity) in series if quantity in ("energy_j", "power_w")})
-    total, used, uncovered = 0.0, {}, []
-    for gpu in gpus:
-        joules = NAN
-        for listener in ENERGY_LISTENERS:
-            if (listener, gpu, "energy_j") in series:
-                joules = counter_energy_between(*series[listener, gpu, "energy_j"], start, end)
-                if math.isfinite(joules):
-                    used[gpu] = (listener, "counter")
-                    break
-        if not math.isfinite(joules):
-            for listener in POWER_LISTENERS:
-                if (listener, gpu, "power_w") in series:
-                    joules = power_energy_between(*series[listener, gpu, "power_w"], start, end)
-                    if math.isfinite(joules):
-                        used[gpu] = (listener, "integrated_power")
-                        break
-        if math.isfinite(joules):
-            total += joules
-        else:
-            uncovered.append(gpu)
+    total, used, uncovered = energy_per_gpu(
+        series,
+        lambda seconds, joules: counter_energy_between(seconds, joules, start, end),
+        lambda seconds, watts: power_energy_between(seconds, watts, start, end),
+    )
     if uncovered:
         note = f"the samples of {', '.join(uncovered)} do not cover the window: energy missing"
         return NAN, used, note
-    return (total if used else NAN), used, None
+    return total, used, None
 
 
 def _inside(series: Series, quantity: str, listeners: Sequence[str], start, end) -> dict:

@@ -24,7 +24,8 @@ What tensorsocket 0.0.5 needs, and what this script does about it:
 - on a CPU, each message would carry its whole window (the slice's storage):
   batches are sent as compact copies instead.
 It binds to 127.0.0.1 only (tensorsocket binds every interface by default).
-SIGTERM ends it cleanly (exit 0).
+After the last epoch it stays until its trainings have gone (radT ends it with
+SIGTERM once they have ended); SIGTERM ends it cleanly (exit 0).
 """
 
 from __future__ import annotations
@@ -143,6 +144,12 @@ def wait_for_epoch_end(producer: TensorProducer) -> None:
         time.sleep(0.02)
 
 
+def wait_until_alone(producer: TensorProducer) -> None:
+    """Block until no consumer answers the heartbeat any more."""
+    while producer.hb.consumers:
+        time.sleep(0.1)
+
+
 def close(producer: TensorProducer) -> None:
     """Stop the heartbeat and flush what is still queued for the consumers."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
@@ -196,6 +203,7 @@ def main() -> None:
                 f"{len(producer.consumers)} training(s), {served / seconds:.0f} examples/s",
                 flush=True,
             )
+        wait_until_alone(producer)
     finally:
         close(producer)
 

@@ -188,7 +188,7 @@ def main() -> None:
         throughput = seen / seconds
         mlflow.log_metric("examples_per_s", throughput, step=epoch)
         print(
-            f"epoch {epoch}: {seen} examples, loss {loss.item():.4f}, {throughput:.0f} examples/s",
+            f"epoch {epoch}: loss {loss.item():.4f}, {throughput:.0f} examples/s ({seen} examples)",
             flush=True,
         )
         radt.log_epoch(epoch)

@@ -368,6 +368,24 @@ def test_interrupting_radt_ends_the_loader_and_the_trainings(ws, signum):
     assert statuses(plan) == ["KILLED"] * 3
 
 
+def test_max_time_stops_the_loader_with_the_trainings(ws):
+    stand_in_plan(ws, sleep="600")
+    radt = Radt(ws, ["--max-time", "0.05", "--grace", "5", "plan.csv"])
+    try:
+        code = radt.wait(180)
+    finally:
+        radt.kill_all()
+    assert code != 0, radt.err
+    assert radt.left_running() == []
+    parent, runs = runs_by_letter(ws, "e")
+    assert {r.info.status for r in [parent, runs["A"], runs["B"]]} == {"KILLED"}
+    # the stand-in loader ends cleanly on SIGTERM (exit 0): like any command that does
+    assert runs["L"].info.status == "FINISHED"
+    assert (ws.root / "loader-term.json").exists()
+    for run in [parent, *runs.values()]:
+        assert run.data.tags["radt.stop_reason"] == "--max-time of 0.05 min reached"
+
+
 # --------------------------------------------------------------------------- the real package
 
 

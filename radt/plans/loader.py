@@ -180,8 +180,8 @@ class SharedLoader:
 
     def watch(self, supervisor: Supervisor) -> None:
         """While the trainings run: a loader that failed stops them and fails the workload."""
-        if self.failure is not None or self.stopped:
-            return
+        if self.failure is not None or self.stopped or supervisor.reason is not None:
+            return  # already stopping (radT was interrupted, --max-time): not the loader's doing
         code = self.child.poll()
         if code is None or code == 0:
             return  # a loader that served everything may end before its trainings

@@ -23,7 +23,9 @@ What tensorsocket 0.0.5 needs, and what this script does about it:
   dead one forever: this script waits for the live ones, sleeping;
 - on a CPU, each message would carry its whole window (the slice's storage):
   batches are sent as compact copies instead.
-It binds to 127.0.0.1 only (tensorsocket binds every interface by default).
+It binds to 127.0.0.1 only (tensorsocket binds every interface by default), and
+keeps the logging that importing tensorsocket turns on for everything (DEBUG, on
+stdout) off.
 After the last epoch it stays until its trainings have gone (radT ends it with
 SIGTERM once they have ended); SIGTERM ends it cleanly (exit 0).
 """
@@ -36,10 +38,11 @@ import signal
 import sys
 import time
 
-import tensorsocket.producer
 import torch
-from synthetic_data import augmented_loader, loader_ports
-from tensorsocket import TensorProducer
+from synthetic_data import augmented_loader, import_tensorsocket, loader_ports
+
+tensorsocket = import_tensorsocket()
+TensorProducer = tensorsocket.TensorProducer
 
 MISSED_BEATS = 20
 """Heartbeats (0.5 s each) a consumer may miss in a row before it counts as gone."""

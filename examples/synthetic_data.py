@@ -4,14 +4,17 @@
 ``AugmentedCifar`` is a dataset whose every example goes through ``augment``
 (random crop, flip, repeated blur, colour jitter, standardisation): a CPU cost
 per example of the same order as a small CNN's training step on a CPU, so that
-loading matters. ``loader_ports`` says where a shared loader listens.
+loading matters. ``loader_ports`` says where a shared loader listens, and
+``import_tensorsocket`` imports TensorSocket without its logging side effect.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -104,3 +107,21 @@ def loader_ports(who: str) -> LoaderPorts:
         return LoaderPorts(data, ack, heart)
     pub, sub = (int(p) for p in os.environ["RADT_LOADER_HEART_PORTS"].split(","))
     return LoaderPorts(int(port), int(os.environ["RADT_LOADER_ACK_PORT"]), (pub, sub))
+
+
+def import_tensorsocket() -> ModuleType:
+    """``tensorsocket``, imported without what its import does to logging.
+
+    tensorsocket 0.0.5 calls ``logging.basicConfig(level=DEBUG, stream=sys.stdout)``
+    when imported: every library's debug messages (MLflow's, GitPython's, asyncio's)
+    would then go to the script's output, at a CPU cost. The root logger's level
+    and handlers are put back as they were.
+    """
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    import tensorsocket
+
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+    root.setLevel(level)
+    return tensorsocket

@@ -28,7 +28,12 @@ from collections.abc import Iterator
 
 import mlflow
 import torch
-from synthetic_data import augmented_loader, loader_ports, synthetic_cifar
+from synthetic_data import (
+    augmented_loader,
+    import_tensorsocket,
+    loader_ports,
+    synthetic_cifar,
+)
 from torch import nn
 
 import radt
@@ -129,7 +134,7 @@ def own_batches(args: argparse.Namespace) -> Iterator[Iterator[tuple]]:
 
 def shared_batches(args: argparse.Namespace) -> Iterator[Iterator[tuple]]:
     """Each epoch's batches from the shared loader (a ``tensorsocket.TensorConsumer``)."""
-    from tensorsocket import TensorConsumer
+    TensorConsumer = import_tensorsocket().TensorConsumer  # noqa: N806 - a class
 
     ports = loader_ports("train.py")
     watchdog = Watchdog(args.loader_timeout)

@@ -419,6 +419,7 @@ def test_tensorsocket_loader_feeds_every_batch_to_two_trainings(ws):
     assert runs["L"].data.tags["radt.stop_reason"] == "its trainings ended"
     assert "system/top/proc/cpu_pct" in runs["L"].data.metrics  # its CPU is measured
     assert radt.out.count("[L] epoch") == 2
+    assert " DEBUG " not in radt.out  # importing tensorsocket turns DEBUG logging on
     assert statuses(plan) == ["FINISHED"] * 3
 
 

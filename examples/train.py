@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
+import math
 import os
 import sys
 import threading
@@ -166,13 +168,17 @@ def main() -> None:
     optimiser = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     epochs = shared_batches(args) if args.shared_loader else own_batches(args)
+    steps = math.ceil(args.examples / args.batch_size)  # batches per epoch, either way
     step = 0
     for epoch, batches in enumerate(epochs):
         began = time.perf_counter()
         seen = 0
         batches = iter(batches)
-        while True:
-            with radt.phase("data"):  # waiting for the next batch is loading
+        for index in itertools.count():
+            # fetching a batch (and augmenting it, or waiting for the shared loader) is the
+            # "data" phase; the fetch that finds the epoch's end is no step's
+            loading = radt.phase("data") if index < steps else contextlib.nullcontext()
+            with loading:
                 batch = next(batches, None)
                 if batch is None:
                     break

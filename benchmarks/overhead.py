@@ -140,6 +140,8 @@ def prepare(name: str, root: Path, args: argparse.Namespace) -> tuple[list[str],
         # 0.2.30 writes MLproject and radtlock files beside the script and runs
         # it with `python` from PATH: give it a copy in the temp folder and its venv first.
         (folder / "train.py").write_text(without_run_api(Path(script).read_text()))
+        data = Path(script).with_name("synthetic_data.py")  # train.py imports its data module
+        (folder / data.name).write_text(data.read_text())
         env["PATH"] = f"{old.parent}:{env.get('PATH', '')}"
         env.pop("PYTHONHOME", None)
         argv = [str(old), "-l", args.old_listeners, "train.py", *targs]

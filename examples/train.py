@@ -7,23 +7,45 @@ time- and energy-per-example summaries, and ``radt.phase`` marks the phases of
 each step (data, forward, backward, step) for ``radt.phases`` (time and energy
 share per phase; with ``-l torch`` they show in the profiler's trace too). On
 its own it makes a run of its own.
+
+``--augment N`` loads through a DataLoader that augments every example (N blur
+passes: CPU-costly, like decoding real images); ``--shared-loader`` takes its
+batches from a shared loader instead (``examples/loader.py``, a TensorSocket
+producer that radT starts for a plan row with ``Role=loader``). A training that
+waits longer than ``--loader-timeout`` seconds for the loader exits with code 3
+and says why.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
+import math
+import os
+import sys
+import threading
 import time
+from collections.abc import Iterator
 
 import mlflow
 import torch
+from synthetic_data import (
+    augmented_loader,
+    import_tensorsocket,
+    loader_ports,
+    synthetic_cifar,
+)
 from torch import nn
 
 import radt
 
+LOADER_EXIT_CODE = 3
+
 
 def parse_args() -> argparse.Namespace:
     """Read the training options."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.05)
@@ -31,16 +53,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--augment", type=int, default=0, help="augment each example with N blur passes"
+    )
+    parser.add_argument(
+        "--shared-loader", action="store_true", help="take batches from a shared loader"
+    )
+    parser.add_argument(
+        "--loader-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for the shared loader before giving up (default 300)",
+    )
     return parser.parse_args()
-
-
-def synthetic_cifar(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return ``n`` 3x32x32 images with 10 learnable classes (class-dependent means)."""
-    generator = torch.Generator().manual_seed(seed)
-    labels = torch.randint(0, 10, (n,), generator=generator)
-    centres = torch.randn(10, 3, 1, 1, generator=generator)
-    images = torch.randn(n, 3, 32, 32, generator=generator) * 0.5 + centres[labels]
-    return images, labels
 
 
 def small_cnn() -> nn.Module:
@@ -59,24 +84,105 @@ def small_cnn() -> nn.Module:
     )
 
 
+class Watchdog:
+    """Ends the process (exit code 3, one line on stderr) when a wait lasts too long."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._since: float | None = None
+        self._what = ""
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    @contextlib.contextmanager
+    def waiting(self, what: str) -> Iterator[None]:
+        """Time the block: if it lasts longer than the timeout, say ``what`` and exit."""
+        self._what, self._since = what, time.monotonic()
+        try:
+            yield
+        finally:
+            self._since = None
+
+    def _watch(self) -> None:
+        while True:
+            since = self._since
+            if since is not None and time.monotonic() - since > self.timeout_s:
+                print(
+                    f"train.py: error: {self._what} for {self.timeout_s:g} s; giving up",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(LOADER_EXIT_CODE)
+            time.sleep(0.1)
+
+
+def own_batches(args: argparse.Namespace) -> Iterator[Iterator[tuple]]:
+    """Each epoch's batches from this process: plain indexing, or an augmenting DataLoader."""
+    if args.augment:
+        loader = augmented_loader(args.examples, args.batch_size, args.seed, args.augment)
+        for _ in range(args.epochs):
+            yield iter(loader)
+        return
+    images, labels = synthetic_cifar(args.examples, args.seed)
+    for _ in range(args.epochs):
+        order = torch.randperm(args.examples)
+        yield (
+            (images[index], labels[index])
+            for index in (
+                order[first : first + args.batch_size]
+                for first in range(0, args.examples, args.batch_size)
+            )
+        )
+
+
+def shared_batches(args: argparse.Namespace) -> Iterator[Iterator[tuple]]:
+    """Each epoch's batches from the shared loader (a ``tensorsocket.TensorConsumer``)."""
+    TensorConsumer = import_tensorsocket().TensorConsumer  # noqa: N806 - a class
+
+    ports = loader_ports("train.py")
+    watchdog = Watchdog(args.loader_timeout)
+    with watchdog.waiting(f"no answer from the shared loader on 127.0.0.1:{ports.port}"):
+        consumer = TensorConsumer(
+            ports.port, ports.ack_port, ports.heart_ports, batch_size=args.batch_size
+        )
+
+    def epoch() -> Iterator[tuple]:
+        while True:
+            with watchdog.waiting(f"no batch from the shared loader on 127.0.0.1:{ports.port}"):
+                try:
+                    batch = next(consumer)
+                except StopIteration:
+                    return
+            yield batch
+
+    for _ in range(args.epochs):
+        yield epoch()
+
+
 def main() -> None:
     """Train, logging loss per step and throughput per epoch."""
     args = parse_args()
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
-    images, labels = synthetic_cifar(args.examples, args.seed)
     model = small_cnn().to(args.device)
     optimiser = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
+    epochs = shared_batches(args) if args.shared_loader else own_batches(args)
+    steps = math.ceil(args.examples / args.batch_size)  # batches per epoch, either way
     step = 0
-    for epoch in range(args.epochs):
+    for epoch, batches in enumerate(epochs):
         began = time.perf_counter()
-        order = torch.randperm(args.examples)
-        for first in range(0, args.examples, args.batch_size):
-            with radt.phase("data"):
-                index = order[first : first + args.batch_size]
-                x, y = images[index].to(args.device), labels[index].to(args.device)
+        seen = 0
+        batches = iter(batches)
+        for index in itertools.count():
+            # fetching a batch (and augmenting it, or waiting for the shared loader) is the
+            # "data" phase; the fetch that finds the epoch's end is no step's
+            loading = radt.phase("data") if index < steps else contextlib.nullcontext()
+            with loading:
+                batch = next(batches, None)
+                if batch is None:
+                    break
+                x, y = batch[0].to(args.device), batch[1].to(args.device)
             with radt.phase("forward"):
                 loss = loss_fn(model(x), y)
             with radt.phase("backward"):
@@ -84,14 +190,18 @@ def main() -> None:
                 loss.backward()
             with radt.phase("step"):
                 optimiser.step()
-            radt.log_examples(len(index))
+            radt.log_examples(len(y))
+            seen += len(y)
             if step % 10 == 0:
                 mlflow.log_metric("loss", loss.item(), step=step)
             step += 1
         seconds = time.perf_counter() - began
-        throughput = args.examples / seconds
+        throughput = seen / seconds
         mlflow.log_metric("examples_per_s", throughput, step=epoch)
-        print(f"epoch {epoch}: loss {loss.item():.4f}, {throughput:.0f} examples/s", flush=True)
+        print(
+            f"epoch {epoch}: loss {loss.item():.4f}, {throughput:.0f} examples/s ({seen} examples)",
+            flush=True,
+        )
         radt.log_epoch(epoch)
 
 

@@ -140,6 +140,13 @@ def launcher_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="studies: the plan CSV the study is recorded in (default: STUDY.plan.csv beside it)",
     )
+    parser.add_argument(
+        "--loader-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="plans: how long a workload's shared loader may take to listen (default 300)",
+    )
     parser.add_argument("--version", action="store_true", help="print radT's version")
     return parser
 
@@ -242,6 +249,7 @@ def check_launcher_args(args: argparse.Namespace) -> None:
         ("--max-time", args.max_time),
         ("--power-limit", args.power_limit),
         ("--max-epochs", args.max_epochs),
+        ("--loader-timeout", args.loader_timeout),
     ):
         if value is not None and value <= 0:
             raise UsageError(f"{name} must be positive, got {value:g}")
@@ -323,6 +331,7 @@ def run_launcher(argv: list[str]) -> int:
             modes=modes,
             job=inputs,
             workdir=check_mode(args.workdir),
+            loader_timeout_s=args.loader_timeout,
         )
         if study:
             from radt.plans.studyrun import StudyOptions, run_study

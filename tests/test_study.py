@@ -303,7 +303,7 @@ def test_mig_study_examples_pass_dry_run_on_the_stand_in_host(
 ):
     ws, gpu, _ = study_ws(tmp_path, template_db, "", mig=False)
     (ws.root / "examples").mkdir()
-    for part in (name, "train.py"):
+    for part in (name, "train.py", "synthetic_data.py"):  # train.py imports its data module
         (ws.root / "examples" / part).write_text((REPO / "examples" / part).read_text())
     ws.env["FAKE_NVIDIA_SMI_MODEL"] = model
     done = ws.run([f"examples/{name}", "--dry-run", "--plan", "plan.csv"])

@@ -29,6 +29,7 @@ from radt.analysis.summary import (
     COLUMNS,
     configuration_label,
     job_of,
+    loader_comparison,
     repeats,
     strip_flags,
     summary,
@@ -38,6 +39,8 @@ from radt.analysis.windows import (
     Window,
     client_window,
     counter_energy_between,
+    cpu_between,
+    cpu_counter,
     energy_between,
     min_overlap_s,
     power_energy_between,
@@ -219,6 +222,32 @@ def test_energy_between_prefers_the_counter_and_falls_back_to_power():
 
 
 # --------------------------------------------------------------------------- pure: jobs and labels
+
+
+def test_cpu_counter_adds_each_samples_cpu_over_the_interval_before_it():
+    # top samples at 1, 2, 3, 4 s: 100, 200, 50, 100 % of a core, its first reading at 0.5 s:
+    # 0.5 × 1.0 + 1 × 2.0 + 1 × 0.5 + 1 × 1.0 core-seconds.
+    times, core_s = cpu_counter(np.array([1.0, 2.0, 3.0, 4.0]), np.array([100, 200, 50, 100]), 0.5)
+    assert times.tolist() == [0.5, 1.0, 2.0, 3.0, 4.0]
+    assert core_s.tolist() == pytest.approx([0.0, 0.5, 2.5, 3.0, 4.0])
+    # without the first reading's time, the first sample only starts the count
+    _, core_s = cpu_counter(np.array([1.0, 2.0, 3.0, 4.0]), np.array([100, 200, 50, 100]))
+    assert core_s.tolist() == pytest.approx([0.0, 2.0, 2.5, 3.5])
+
+
+def test_cpu_between_interpolates_the_counter_at_the_window_bounds():
+    series = {
+        ("top", "proc", "cpu_pct"): (np.array([1.0, 2.0, 3.0, 4.0]), np.array([100, 200, 50, 100])),
+        ("top", "proc", "rss_mib"): (np.array([0.5, 1.0, 2.0, 3.0, 4.0]), np.full(5, 10.0)),
+    }
+    # 1.5 → 2 s at 200 %, 2 → 3 s at 50 %, 3 → 3.5 s at 100 %: 1.0 + 0.5 + 0.5 core-seconds
+    assert cpu_between(series, 1.5, 3.5) == (pytest.approx(2.0), None)
+    # one sampling interval (1 s) of reach past the last sample: 4 → 4.5 s at 100 %
+    assert cpu_between(series, 3.0, 4.5) == (pytest.approx(1.5), None)
+    used, why = cpu_between(series, 3.0, 6.0)
+    assert math.isnan(used) and why == "the CPU samples (top) do not cover the window"
+    used, why = cpu_between({}, 1.0, 2.0)
+    assert math.isnan(used) and "the top listener did not record this run" in why
 
 
 def test_job_is_the_tag_else_the_command_without_seed_only_flags():
@@ -619,6 +648,171 @@ def test_runs_and_export_show_the_window_figures(study, tmp_path, capsys):
     assert "window_note" in out.getvalue().splitlines()[0]
 
 
+# --------------------------------------------------------------------------- CPU and shared loading
+
+LOADER_JOB = "loader-job"
+
+
+def top(first, last, pct, every=0.5):
+    """The top listener's process-tree samples: ``pct`` % of a core and a constant RSS."""
+    times = np.round(np.arange(first, last + every / 2, every), 9)
+    return [(t, "top/proc/cpu_pct", pct) for t in times] + [
+        (t, "top/proc/rss_mib", 100.0) for t in times
+    ]
+
+
+def loader_workload(s, name, clients_pct, loader_pct=None):
+    """A naive pair of the same Job at 100 examples/s each (epochs end 8, 14, 20 s: windows
+    8 → 20 s, 1200 examples each) whose trees use ``clients_pct`` % of a core; with
+    ``loader_pct``, they share a loader (a run with ``radt.role=loader``, 0 → 21 s)."""
+    shared = {
+        "radt.workload": name,
+        "radt.collocation": "naive",
+        "radt.workload_runs": str(len(clients_pct) + (loader_pct is not None)),
+        "radt.loader": "own" if loader_pct is None else "shared",
+        "radt.job": LOADER_JOB,
+    }
+    parent = s.run(name, gpu(0.0, 22.0, P_PAIR, 0.0), (0.0, 22.0), shared)
+    role = {} if loader_pct is None else {"radt__role": "consumer"}
+    kids = []
+    for letter, pct in zip("AB", clients_pct, strict=True):
+        tags = s.tags((0.0, 20.5), radt__letter=letter, radt__command=COMMAND, **role)
+        samples = script(2.0, 20.0, 100.0, epochs=(8.0, 14.0, 20.0)) + top(0.5, 20.5, pct)
+        run = s.run(f"{name}-{letter}", samples, (0.0, 20.5), {**shared, **tags}, parent)
+        kids.append((run, 20.5))
+    if loader_pct is not None:
+        tags = s.tags((0.0, 21.0), radt__letter="L", radt__command="loader.py", radt__role="loader")
+        run = s.run(
+            f"{name}-L", top(0.5, 21.0, loader_pct), (0.0, 21.0), {**shared, **tags}, parent
+        )
+        kids.append((run, 21.0))
+    ids = [s.close(run, end) for run, end in kids]
+    return s.close(parent, 22.0), ids
+
+
+def test_cpu_per_example_counts_the_shared_loaders_tree_in_its_workload(store, capsys):
+    client, uri = store
+    s = Study(client, uri, "loading")
+    # Own loaders: each training's tree 150 % of a core. Provider window 8 → 20 s (12 s),
+    # 2400 examples: CPU 2 × 1.5 × 12 = 36 core-s, 36 / 2400 = 15 ms per example.
+    own, (own_a, own_b) = loader_workload(s, "own", (150.0, 150.0))
+    # One shared loader: trainings 50 % each, the loader 100 %: (0.5 + 0.5 + 1.0) × 12 = 24
+    # core-s over the same window and examples, 10 ms per example.
+    shared, (shared_a, _, loader) = loader_workload(s, "shared", (50.0, 50.0), loader_pct=100.0)
+    frame = summary("loading", tracking_uri=uri)
+
+    row = row_of(frame, own)
+    assert (row["level"], row["loader"], row["configuration"]) == ("provider", "own", "naive x2")
+    assert (row["window_s"], row["examples"]) == pytest.approx((12.0, 2400.0))
+    assert row["cpu_s"] == pytest.approx(36.0)
+    assert row["cpu_per_example_ns"] == pytest.approx(1.5e7)
+    a = row_of(frame, own_a)  # its own tree over its own window 8 → 20 s: 1.5 × 12 = 18 core-s
+    assert a["cpu_s"] == pytest.approx(18.0) and a["cpu_per_example_ns"] == pytest.approx(1.5e7)
+
+    row = row_of(frame, shared)
+    assert (row["loader"], row["configuration"]) == ("shared", "naive x2 + shared loader")
+    assert row["job"] == LOADER_JOB and row["command"] == f"{COMMAND} | {COMMAND}"
+    assert row["cpu_s"] == pytest.approx(24.0)
+    assert row["cpu_per_example_ns"] == pytest.approx(1e7)
+    a = row_of(frame, shared_a)  # a consumer alone: 0.5 × 12 = 6 core-s, 5 ms per example
+    assert a["cpu_s"] == pytest.approx(6.0) and a["cpu_per_example_ns"] == pytest.approx(5e6)
+    assert a["configuration"] == "naive x2 + shared loader"
+    lone = row_of(frame, loader)  # its command's samples 0.5 → 21 s at 100 %: 20.5 core-s
+    assert (lone["level"], lone["letter"], lone["basis"]) == ("loader", "L", "duration")
+    assert lone["cpu_s"] == pytest.approx(20.5) and math.isnan(lone["cpu_per_example_ns"])
+    assert math.isnan(lone["slowdown"])
+    ordered = frame["run_id"].tolist()  # the workload, its trainings, its loader last
+    assert ordered[ordered.index(shared) : ordered.index(shared) + 4] == [
+        shared,
+        shared_a,
+        ordered[ordered.index(shared) + 2],
+        loader,
+    ]
+
+    from radt.frontend.pages.runs import grid_rows, runs_note
+
+    grid = {row["run_id"]: row for row in grid_rows(frame)}
+    assert (grid[loader]["name"], grid[loader]["kind"]) == ("↳ shared-L", "loader")
+    kinds = [row["kind"] for row in grid.values()]
+    assert runs_note("loading", kinds).startswith(
+        "loading: 2 workloads, 4 runs in them, 1 shared loader. "
+    )
+
+    # at its close the workload logged the same headline (its loader's samples included)
+    metrics = client.get_run(shared).data.metrics
+    assert metrics["radt/cpu_per_example_ns"] == pytest.approx(1e7)
+    assert client.get_run(own).data.metrics["radt/cpu_per_example_ns"] == pytest.approx(1.5e7)
+
+    assert run_runs(["-e", "loading", "--tracking-uri", uri]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "CPU ms/example" in lines[0]
+    assert "15.000" in next(line for line in lines if line.startswith("own "))
+    assert "10.000" in next(line for line in lines if line.startswith("shared "))
+
+    table = summary("loading", tracking_uri=uri, by="loader")
+    assert len(table) == 1
+    side = table.iloc[0]
+    assert (side["job"], side["configuration"], side["basis"]) == (
+        LOADER_JOB,
+        "naive x2",
+        "examples",
+    )
+    assert (side["own_count"], side["shared_count"]) == (1, 1)
+    assert (side["own_run_ids"], side["shared_run_ids"]) == (own, shared)
+    assert side["own_cpu_per_example_ns"] == pytest.approx(1.5e7)
+    assert side["shared_cpu_per_example_ns"] == pytest.approx(1e7)
+    assert side["cpu_per_example_ns_ratio"] == pytest.approx(2 / 3)
+    assert side["examples_per_s_ratio"] == pytest.approx(1.0)  # 200/s both ways
+
+
+def test_a_workload_whose_run_has_no_cpu_samples_has_its_cpu_missing_with_the_reason(store):
+    client, uri = store
+    s = Study(client, uri, "blind")
+    shared = {"radt.workload": "w", "radt.collocation": "naive", "radt.workload_runs": "2"}
+    parent = s.run("w", gpu(0.0, 22.0, P_PAIR, 0.0), (0.0, 22.0), shared)
+    kids = []
+    for letter, cpu in (("A", top(0.5, 20.5, 100.0)), ("B", [])):
+        tags = s.tags((0.0, 20.5), radt__letter=letter, radt__command=COMMAND)
+        samples = script(2.0, 20.0, 100.0, epochs=(8.0, 14.0, 20.0)) + cpu
+        kids.append(s.run(f"w-{letter}", samples, (0.0, 20.5), {**shared, **tags}, parent))
+    ids = [s.close(kid, 20.5) for kid in kids]
+    workload = s.close(parent, 22.0)
+    frame = summary("blind", tracking_uri=uri)
+    row = row_of(frame, workload)
+    assert math.isnan(row["cpu_s"]) and math.isnan(row["cpu_per_example_ns"])
+    assert (
+        "run B: no CPU samples (the top listener did not record this run): CPU missing"
+        in (row["window_note"])
+    )
+    assert row["examples_per_s"] == pytest.approx(200.0)  # the rest stands
+    assert row_of(frame, ids[0])["cpu_s"] == pytest.approx(12.0)
+
+
+def test_loader_comparison_leaves_out_groups_with_one_kind_only():
+    frame = pd.DataFrame(
+        {
+            "level": ["provider", "provider", "client"],
+            "run_id": ["p1", "p2", "c1"],
+            "job": ["j", "k", "j"],
+            "configuration": ["naive x2", "naive x2 + shared loader", "naive x2"],
+            "power_limit_w": [None, None, None],
+            "basis": ["examples", "examples", "examples"],
+            "loader": ["own", "shared", "own"],
+            **{name: [1.0, 2.0, 3.0] for name in ("cpu_per_example_ns", "examples_per_s")},
+            **{
+                name: [1.0, 2.0, 3.0]
+                for name in (
+                    "time_per_example_ns",
+                    "energy_per_example_nj",
+                    "host_energy_per_example_nj",
+                )
+            },
+        }
+    )
+    table = loader_comparison(frame)
+    assert table.empty and "cpu_per_example_ns_ratio" in table.columns
+
+
 def test_timeline_reads_samples_and_tags():
     frame = pd.DataFrame(
         {
@@ -728,7 +922,8 @@ def test_the_collocation_example_gives_every_client_a_slowdown_from_the_scripts_
     pytest.importorskip("torch")
     folder = workspace.root / "examples"
     folder.mkdir()
-    shutil.copy(REPO_EXAMPLES / "train.py", folder / "train.py")
+    for script in ("train.py", "synthetic_data.py"):  # train.py imports its data module
+        shutil.copy(REPO_EXAMPLES / script, folder / script)
     shutil.copy(REPO_EXAMPLES / "collocation.csv", folder / "collocation.csv")
     done = workspace.run(["examples/collocation.csv"], timeout=600)
     assert done.returncode == 0, done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dash import Dash, Input, Output, dcc, html
 from radt.frontend.data import DataError, Store
 from radt.frontend.figures import (
+    PROVIDERS,
     basis_note,
     client_energy_figure,
     efficiency_figure,
@@ -109,7 +110,7 @@ def register(app: Dash, store: Store) -> None:
             message = "This experiment has no runs yet."
             return [message, *(empty_figure(message) for _ in CHARTS)]
         shown = normalise(focus(frame, chosen))
-        note = compare_note(int((shown["level"] != "client").sum()), len(chosen))
+        note = compare_note(int(shown["level"].isin(PROVIDERS).sum()), len(chosen))
         note += " " + (basis_note(shown) or "")
         return [
             note.strip(),

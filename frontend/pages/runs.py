@@ -29,7 +29,7 @@ function(_left, _right) {
 """
 """Scrolls the grid sideways by most of its width: the buttons work where scrollbars do not
 show (overlay scrollbars appear only while one scrolls, on macOS and in headless Chromium)."""
-LEVELS = {"provider": "workload", "client": "client", "run": "run"}
+LEVELS = {"provider": "workload", "client": "client", "loader": "loader", "run": "run"}
 _BLANK = "params.value == null ? '' : "
 _NUMBER = {"function": _BLANK + "d3.format(',.1f')(params.value)"}
 _INTEGER = {"function": _BLANK + "d3.format(',.0f')(params.value)"}
@@ -164,7 +164,7 @@ def grid_rows(frame: pd.DataFrame) -> list[dict]:
         row = {key: _cell(value) for key, value in record.items()}
         level = row.get("level") or "run"
         name = row.get("run_name") or str(row["run_id"])[:8]
-        row["name"] = f"↳ {name}" if level == "client" else name
+        row["name"] = f"↳ {name}" if level in ("client", "loader") else name
         row["kind"] = LEVELS.get(level, level)
         rows.append(row)
     return rows
@@ -177,6 +177,7 @@ def runs_note(name: str, kinds: list[str]) -> str:
         for kind, noun, many in (
             ("workload", "workload", None),
             ("client", "run in them", "runs in them"),
+            ("loader", "shared loader", None),
             ("run", "single run", None),
         )
         if kinds.count(kind)

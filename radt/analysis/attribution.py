@@ -553,11 +553,12 @@ def attribute(
     extra = {run.info.run_id: extra_series(tables.get(run.info.run_id)) for run in needed}
     for run in needed:
         record = records[run.info.run_id]
-        if record.window is None:
-            continue
+        if record.window is None or record.level == "loader":
+            continue  # a shared loader takes no share: its CPU is in its workload's row
         parent_id = record.tags.get("mlflow.parentRunId") or ""
         parent = records.get(parent_id) if parent_id in extra else None
         kids = [records[k.info.run_id] for k in children.get(parent_id, [])] if parent else []
+        kids = [k for k in kids if k.level == "client"]
         own_device = _gpus(record.series)
         if record.level == "client" and parent is not None and len(kids) > 1 and not own_device:
             _estimate(record, parent, kids, extra)

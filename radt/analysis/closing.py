@@ -42,6 +42,7 @@ HEADLINE = (
     "energy_j",
     "window_s",
     "slowdown",
+    "cpu_per_example_ns",
 )
 TABLE_ARTIFACT = "radt/summary.csv"
 MAX_TAG = 5000
@@ -102,8 +103,8 @@ def key_table(samples: pa.Table | Iterable[pa.Table]) -> pa.Table:
 
 
 def _level(tags: Mapping[str, str]) -> str:
-    if "radt.letter" in tags:  # a run of a workload
-        return "client"
+    if "radt.letter" in tags:  # a run of a workload (its shared loader: radt.role=loader)
+        return "loader" if tags.get("radt.role") == "loader" else "client"
     if "radt.workload_runs" in tags:  # a workload (a study's has the study run as its parent)
         return "provider"
     return "client" if tags.get("mlflow.parentRunId") else "run"
@@ -162,7 +163,7 @@ def _figures(record: Record, samples, ended_s, kids, candidates) -> Closing:
     import pandas as pd
 
     from radt.analysis.figures import NAN
-    from radt.analysis.summary import _client, _provider, _slowdown, run_series
+    from radt.analysis.summary import _client, _loader, _provider, _slowdown, run_series
 
     pieces = [samples] if isinstance(samples, pd.DataFrame) else samples
     record.series, record.timeline = run_series(pieces, record.tags)
@@ -181,9 +182,15 @@ def _figures(record: Record, samples, ended_s, kids, candidates) -> Closing:
                 "radt.summary computes them from the artifacts"
             )
             return closing
-        for kid in kids:
-            _client(kid, record, len(kids))
-        _provider(record, kids)
+        clients = [kid for kid in kids if kid.level == "client"]
+        loaders = [kid for kid in kids if kid.level == "loader"]
+        for kid in clients:
+            _client(kid, record, len(clients))
+        for kid in loaders:
+            _loader(kid)
+        _provider(record, clients, loaders)
+    elif record.level == "loader":
+        _loader(record)
     else:
         _client(record, None, 1)
         if record.baseline_candidate:
@@ -246,7 +253,7 @@ def _clients_of(client, record: Record) -> list[Record] | None:
             path = Path(local)
         if path is None:
             return None
-        kid = Record.of(run, "client")
+        kid = Record.of(run, _level(run.data.tags))
         try:  # a piece at a time: memory holds the series, not the run's samples
             kid.series, kid.timeline = run_series(
                 file_pieces(path, KeyFilter(SUMMARY_KEYS)), kid.tags

@@ -302,7 +302,7 @@ def runs_table(frame: pd.DataFrame) -> str:
     rows = []
     for row in frame.itertuples(index=False):
         name = str(row.run_name or "-")
-        if row.level == "client":
+        if row.level in ("client", "loader"):
             name = f"  {row.letter or '-'}: {name}"
         rows.append(
             [
@@ -320,8 +320,25 @@ def runs_table(frame: pd.DataFrame) -> str:
                 str(row.run_id),
             ]
         )
-    header, rows, right = _energy_columns(frame, header, rows, {4, 5, 6, 7, 8, 9})
+    header, rows, right = _cpu_column(frame, header, rows, {4, 5, 6, 7, 8, 9})
+    header, rows, right = _energy_columns(frame, header, rows, right)
     return _table(header, rows, right)
+
+
+def _cpu_column(frame: pd.DataFrame, header: list[str], rows: list[list[str]], right: set[int]):
+    """``CPU ms/example`` after ``ms/example`` when any row has it (``top`` recorded)."""
+    import pandas as pd
+
+    if "cpu_per_example_ns" not in frame:
+        return header, rows, right
+    cpu = pd.to_numeric(frame["cpu_per_example_ns"], errors="coerce")
+    if not cpu.notna().any():
+        return header, rows, right
+    at = header.index("ms/example") + 1
+    cells = [_number(value * 1e-6, 3) for value in cpu]
+    header = [*header[:at], "CPU ms/example", *header[at:]]
+    rows = [[*row[:at], cells[i], *row[at:]] for i, row in enumerate(rows)]
+    return header, rows, {i if i < at else i + 1 for i in right} | {at}
 
 
 def _energy_columns(frame: pd.DataFrame, header: list[str], rows: list[list[str]], right):

@@ -54,6 +54,8 @@ FIGURES = (
 DEVICE_FIGURES = FIGURES[:-1]
 """The figures of the GPUs (all but host memory)."""
 PER_EXAMPLE = ("examples_per_s", "time_per_example_ns", "energy_per_example_nj")
+TREE_KEYS = ("top/proc/rss_mib", "top/proc/cpu_pct")
+"""The process-tree series the figures read (memory peak, CPU time)."""
 _GPU = re.compile(r"^gpu\d+$")
 NAN = float("nan")
 
@@ -75,7 +77,8 @@ def epoch_seconds(stamps: pd.Series) -> np.ndarray:
 def device_series(frame: pd.DataFrame) -> dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]:
     """``(listener, gpu entity, quantity) → (seconds, values)``, sorted by time, NaN dropped.
 
-    Only GPU-level keys (``<listener>/gpu{i}/<quantity>``) and ``top/proc/rss_mib``.
+    Only GPU-level keys (``<listener>/gpu{i}/<quantity>``), ``top/proc/rss_mib`` and
+    ``top/proc/cpu_pct`` (the run's process tree).
     """
     import numpy as np
     import pandas as pd
@@ -86,7 +89,7 @@ def device_series(frame: pd.DataFrame) -> dict[tuple[str, str, str], tuple[np.nd
     wanted: dict[str, tuple[str, str, str]] = {}
     for key in keys:
         parts = str(key).split("/")
-        if len(parts) == 3 and (_GPU.match(parts[1]) or key == "top/proc/rss_mib"):
+        if len(parts) == 3 and (_GPU.match(parts[1]) or key in TREE_KEYS):
             wanted[str(key)] = (parts[0], parts[1], parts[2])
     if not wanted:
         return {}

@@ -5,6 +5,8 @@ Vocabulary (DESIGN.md, "Analysis vocabulary"; docs/analysis.md defines every col
 - a **provider** row is a workload: its parent run, which records the
   device-wide series (power, energy, utilisation) of the GPUs the workload used;
 - a **client** row is one training process of a workload (a child run);
+- a **loader** row is a workload's shared data loader (a ``Role=loader`` plan
+  row, tag ``radt.role=loader``): not a client, but its CPU is the workload's;
 - a **run** row is a lone command (``radt train.py``): no parent, no children;
   it is its own provider and client, so both kinds of figures are its own.
 
@@ -25,6 +27,8 @@ alone); a collocated client's share of the GPU is not measured (NVML has no
 power per MIG slice or per MPS client), so its energy is NaN and
 ``energy_method`` is ``none``; :mod:`radt.analysis.attribution` adds its
 labelled estimate (``energy_j_est``), the energy cross-check and host energy.
+CPU is per process tree (``top``): a client's own, a provider's the sum of its
+clients' and its shared loader's, each across the window.
 Units: ns = 1e9 × s, nJ = 1e9 × J.
 """
 
@@ -87,6 +91,7 @@ SUMMARY_KEYS = (
     "*/gpu*/smact_ratio",
     "*/gpu*/mem_used_mib",
     "top/proc/rss_mib",
+    "top/proc/cpu_pct",
     "script/run/*",
     *ATTRIBUTION_KEYS,
 )
@@ -105,6 +110,7 @@ COLUMNS = (
     "power_limit_w",
     "job",
     "configuration",
+    "loader",
     "command",
     "params",
     "start",
@@ -122,6 +128,8 @@ COLUMNS = (
     "energy_j",
     "energy_method",
     "energy_per_example_nj",
+    "cpu_s",
+    "cpu_per_example_ns",
     "power_mean_w",
     "power_max_w",
     "util_mean_pct",
@@ -144,6 +152,7 @@ REPEAT_FIGURES = (
     "time_per_example_ns",
     "energy_j",
     "energy_per_example_nj",
+    "cpu_per_example_ns",
     "power_mean_w",
     "util_mean_pct",
     "slowdown",
@@ -156,6 +165,17 @@ REPEAT_FIGURES = (
 REPEAT_KEYS = ("view", "job", "configuration", "power_limit_w", "basis")
 """What makes runs repeats of each other (with the view: providers or clients)."""
 STATISTICS = ("mean", "std", "min", "max")
+LOADER_ROLE = "loader"
+SHARED_LOADER = " + shared loader"
+"""How a configuration label says that its trainings shared one data loader."""
+COMPARISON_FIGURES = (
+    "cpu_per_example_ns",
+    "examples_per_s",
+    "time_per_example_ns",
+    "energy_per_example_nj",
+    "host_energy_per_example_nj",
+)
+"""The provider figures :func:`loader_comparison` sets side by side."""
 
 
 # --------------------------------------------------------------------------- jobs and labels
@@ -263,6 +283,17 @@ def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
     return "+".join(modes) + f" x{n}"
 
 
+def workload_configuration(clients_tags: Sequence[Mapping[str, str]], shared: bool) -> str:
+    """:func:`configuration_label` of a workload's clients, ``+ shared loader`` when they
+    shared one (the loader is not one of the runs that share the GPU)."""
+    return configuration_label(clients_tags) + (SHARED_LOADER if shared else "")
+
+
+def loader_mode(tags: Mapping[str, str]) -> str:
+    """``shared`` for the runs of a workload with a shared loader, else ``own``."""
+    return "shared" if tags.get("radt.loader") == "shared" else "own"
+
+
 # --------------------------------------------------------------------------- one run's record
 
 
@@ -278,7 +309,7 @@ class Record:
     experiment_id: str
     status: str
     level: str
-    """``provider``, ``client`` or ``run``."""
+    """``provider``, ``client``, ``loader`` or ``run``."""
     tags: dict[str, str]
     params: dict[str, str] = field(default_factory=dict)
     start_s: float = NAN
@@ -344,9 +375,12 @@ class Record:
 
     @property
     def baseline_candidate(self) -> bool:
-        """A FINISHED client or lone run alone on its GPU with a figure on its basis."""
+        """A FINISHED client or lone run alone on its GPU with a figure on its basis, that
+        loaded its own data (a shared loader's trainings are not the Job's baseline)."""
         return (
             self.alone
+            and self.level in ("client", "run")
+            and self.tags.get("radt.role") != "consumer"
             and self.status == "FINISHED"
             and self.job is not None
             and math.isfinite(self.work)
@@ -429,7 +463,51 @@ def _client(record: Record, parent: Record | None, siblings: int) -> None:
     if note:
         record.notes.append(note)
     record.figures, record.method = own, method
+    _cpu_figures(record, [record], whole)
     _per_example(record)
+
+
+def _loader(record: Record) -> None:
+    """A shared loader's window (its command's duration) and figures over it."""
+    from radt.analysis.windows import client_window
+
+    window = record.window = client_window(record.timeline)
+    if window.basis != "duration" or not window.valid:
+        record.notes.append(window.note or "the loader's window is missing")
+    own, record.method, note = _figures_over(
+        record, record.series, window.start_s, window.end_s, False
+    )
+    if note:
+        record.notes.append(note)
+    record.figures = own
+    _cpu_figures(record, [record], True)  # all its samples: its command, start to end
+    _per_example(record)
+
+
+def _cpu_figures(record: Record, runs: Sequence[Record], whole: bool) -> None:
+    """``cpu_s``: core-seconds of ``runs``' process trees across the record's window
+    (across all their samples when ``whole``); NaN with a note when one has no cover."""
+    from radt.analysis.windows import CPU_KEY, cpu_between, cpu_counter
+
+    window = record.window
+    cpu = NAN
+    if whole:
+        totals = [
+            float(cpu_counter(*run.series[CPU_KEY])[1][-1]) for run in runs if CPU_KEY in run.series
+        ]
+        cpu = sum(totals) if runs and len(totals) == len(runs) else NAN
+    elif window.valid:
+        cpu = 0.0
+        for run in runs:
+            used, why = cpu_between(run.series, window.start_s, window.end_s)
+            if not math.isfinite(used):
+                name = run.tags.get("radt.letter") or run.run_id
+                who = f"run {name}: " if run is not record else ""
+                record.notes.append(f"{who}{why}: CPU missing")
+                cpu = NAN
+                break
+            cpu += used
+    record.figures["cpu_s"] = cpu
 
 
 def _per_example(record: Record) -> None:
@@ -441,11 +519,17 @@ def _per_example(record: Record) -> None:
     else:
         figures = per_example(window.examples, seconds, record.figures.get("energy_j", NAN))
         record.work = figures["time_per_example_ns"]
+    examples = window.examples if record.basis.startswith("examples") else NAN
+    cpu_s = record.figures.get("cpu_s", NAN)
+    figures["cpu_per_example_ns"] = 1e9 * cpu_s / examples if examples > 0 else NAN
     record.figures.update(figures)
 
 
-def _provider(record: Record, kids: Sequence[Record]) -> None:
-    """A workload's provider window over its clients and its figures over it."""
+def _provider(record: Record, kids: Sequence[Record], loaders: Sequence[Record] = ()) -> None:
+    """A workload's provider window over its clients and its figures over it.
+
+    ``loaders``: its shared loader, whose CPU counts in the workload's.
+    """
     from radt.analysis.windows import (
         Window,
         device_interval_s,
@@ -477,6 +561,7 @@ def _provider(record: Record, kids: Sequence[Record]) -> None:
             )
         if not math.isfinite(record.end_s):
             record.notes.append("the workload has not ended")
+        _cpu_figures(record, [*kids, *loaders], True)
         _per_example(record)
         return
     clients = [(k.tags.get("radt.letter") or k.run_id, k.window, k.timeline) for k in kids]
@@ -500,6 +585,7 @@ def _provider(record: Record, kids: Sequence[Record]) -> None:
                 peaks.append(float(inside.max()) if len(inside) else NAN)
         figures["host_mem_peak_mib"] = finite_sum(peaks)
     record.figures = figures
+    _cpu_figures(record, [*kids, *loaders], False)
     _per_example(record)
 
 
@@ -647,6 +733,7 @@ def _row(record: Record, configuration: str) -> dict:
         "power_limit_w": tags["power_limit_w"],
         "job": record.job,
         "configuration": configuration,
+        "loader": loader_mode(run.data.tags),
         "command": run.data.tags.get("radt.command"),
         "params": _params(run),
         "start": _stamp_s(_seconds(info.start_time)),
@@ -686,14 +773,18 @@ def summary(
         by: ``"repeats"``: the table of :func:`repeats` instead (one row per
             Job × configuration × power limit × basis, for providers and clients);
             ``"phases"``: the table of :func:`radt.analysis.phases.phases` (one row
-            per run and ``radt.phase`` phase: time share, count, energy share).
+            per run and ``radt.phase`` phase: time share, count, energy share);
+            ``"loader"``: the table of :func:`loader_comparison` (own loaders against
+            one shared loader, per Job and configuration).
 
     Returns:
         The columns of :data:`COLUMNS`, a workload's provider row first and its
         clients after it (by letter), in order of start. docs/analysis.md
         defines each; in short:
 
-        - ``job``, ``configuration``: what was trained and how the GPU was shared;
+        - ``job``, ``configuration``: what was trained and how the GPU was shared
+          (``+ shared loader`` when the trainings shared one data loader);
+          ``loader``: ``shared`` or ``own``;
         - ``basis``, ``warmup``, ``window_start``, ``window_end``, ``window_s``:
           the window every figure of the row is over and what set its start;
         - ``examples``: the examples in the window; ``examples_total``: the
@@ -703,6 +794,9 @@ def summary(
           ``energy_method``, ``energy_per_example_nj`` (1e9 × energy_j /
           examples), and power, utilisation, SM activity and memory from the
           samples inside the window;
+        - ``cpu_s``: CPU core-seconds of the process tree across the window (a
+          workload: of all its runs, its shared loader included);
+          ``cpu_per_example_ns`` (1e9 × cpu_s / examples);
         - ``duration_s``: the run's MLflow wall time (end − start), as before;
         - ``slowdown``: the client's time per example (on the duration basis:
           its window) over the mean of its baseline's repeats
@@ -721,8 +815,8 @@ def summary(
     """
     import pandas as pd
 
-    if by not in (None, "repeats", "phases"):
-        raise UsageError(f"by= takes 'repeats', 'phases' or nothing, not {by!r}")
+    if by not in (None, "repeats", "phases", "loader"):
+        raise UsageError(f"by= takes 'repeats', 'phases', 'loader' or nothing, not {by!r}")
     if by == "phases":
         from radt.analysis.phases import phases
 
@@ -743,7 +837,7 @@ def summary(
         if parent:
             children.setdefault(parent, []).append(run)
     for kids in children.values():
-        kids.sort(key=lambda r: (r.data.tags.get("radt.letter") or "", r.info.start_time or 0))
+        kids.sort(key=_child_order)
     parents = set(children) | {
         r.info.run_id
         for r in by_id.values()
@@ -753,7 +847,9 @@ def summary(
     def level(run) -> str:
         if run.info.run_id in parents:
             return "provider"
-        return "client" if run.data.tags.get("mlflow.parentRunId") else "run"
+        if not run.data.tags.get("mlflow.parentRunId"):
+            return "run"
+        return "loader" if run.data.tags.get("radt.role") == LOADER_ROLE else "client"
 
     records = {run.info.run_id: Record.of(run, level(run)) for run in by_id.values()}
     chosen_ids = {r.info.run_id for r in chosen}
@@ -783,21 +879,24 @@ def summary(
         record = records[run.info.run_id]
         kids = [records[k.info.run_id] for k in children.get(record.run_id, [])]
         if record.level == "provider":
-            row = _row(record, configuration_label([k.tags for k in kids]))
-            row["job"] = " + ".join(dict.fromkeys(k.job for k in kids if k.job)) or None
-            row["command"] = " | ".join(k.tags.get("radt.command", "?") for k in kids) or None
+            clients = [k for k in kids if k.level == "client"]
+            shared = loader_mode(record.tags) == "shared"
+            row = _row(record, workload_configuration([k.tags for k in clients], shared))
+            row["job"] = " + ".join(dict.fromkeys(k.job for k in clients if k.job)) or None
+            row["command"] = " | ".join(k.tags.get("radt.command", "?") for k in clients) or None
             row["params"] = None
-            row.update(_norm_provider(record, kids, baselines))
+            row.update(_norm_provider(record, clients, baselines))
         else:
             parent = records.get(record.tags.get("mlflow.parentRunId") or "")
-            siblings = (
-                [records[s.info.run_id] for s in children.get(parent.run_id, [])]
-                if parent
-                else [record]
+            kin = (
+                [records[s.info.run_id] for s in children.get(parent.run_id, [])] if parent else []
             )
-            row = _row(record, configuration_label([s.tags for s in siblings]))
-            row.update(_slowdown(record, baselines))
-            row.update(_norm_client(record, baselines))
+            siblings = [k for k in kin if k.level == "client"] if parent else [record]
+            shared = loader_mode(record.tags) == "shared"
+            row = _row(record, workload_configuration([s.tags for s in siblings], shared))
+            if record.level != "loader":
+                row.update(_slowdown(record, baselines))
+                row.update(_norm_client(record, baselines))
         row["window_note"] = "; ".join(dict.fromkeys(record.notes)) or None
         rows[record.run_id] = row
 
@@ -814,11 +913,23 @@ def summary(
     frame = pd.DataFrame(ordered, columns=list(COLUMNS))
     for column in ("start", "end", "window_start", "window_end"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
+    if by == "loader":
+        return loader_comparison(frame)
     return repeats(frame) if by == "repeats" else frame
 
 
 def _order(run) -> tuple:
     return (run.info.start_time or 0, run.info.run_id)
+
+
+def _child_order(run) -> tuple:
+    """A workload's runs by letter, its shared loader last."""
+    tags = run.data.tags
+    return (
+        tags.get("radt.role") == LOADER_ROLE,
+        tags.get("radt.letter") or "",
+        run.info.start_time or 0,
+    )
 
 
 def run_series(
@@ -896,9 +1007,13 @@ def _compute(client, records: dict[str, Record], plans: Sequence, children) -> d
         record = records[run.info.run_id]
         if record.level == "provider":
             continue
+        if record.level == "loader":
+            _loader(record)
+            continue
         parent = records.get(record.tags.get("mlflow.parentRunId") or "")
         parent = parent if parent is not None and parent.run_id in ids else None
-        siblings = len(children.get(parent.run_id, [])) if parent else 1
+        kids = children.get(parent.run_id, []) if parent else []
+        siblings = sum(records[k.info.run_id].level == "client" for k in kids) if parent else 1
         _client(record, parent, siblings)
     for run in needed:
         record = records[run.info.run_id]
@@ -906,7 +1021,8 @@ def _compute(client, records: dict[str, Record], plans: Sequence, children) -> d
             continue
         kids = [records[k.info.run_id] for k in children.get(record.run_id, [])]
         if all(k.window is not None for k in kids):  # else only loaded for a baseline's energy
-            _provider(record, kids)
+            clients = [k for k in kids if k.level == "client"]
+            _provider(record, clients, [k for k in kids if k.level == "loader"])
     return extra
 
 
@@ -959,5 +1075,58 @@ def repeats(frame: pd.DataFrame, figures: Sequence[str] = REPEAT_FIGURES) -> pd.
             entry[f"{name}_min"] = values.min()
             entry[f"{name}_max"] = values.max()
         entry.update(repeat_methods(group))
+        out.append(entry)
+    return pd.DataFrame(out, columns=columns)
+
+
+# --------------------------------------------------------------------------- shared loading
+
+
+def loader_comparison(
+    frame: pd.DataFrame, figures: Sequence[str] = COMPARISON_FIGURES
+) -> pd.DataFrame:
+    """Workloads with their own loaders against the same with one shared loader.
+
+    One row per Job × configuration (without ``+ shared loader``) × power limit ×
+    basis that has workloads of both kinds: ``own_count``/``shared_count`` (the
+    workloads), ``own_run_ids``/``shared_run_ids`` and, for every figure of
+    ``figures``, ``own_<figure>`` and ``shared_<figure>`` (means over the
+    workloads where it is known) and ``<figure>_ratio`` (shared / own: below 1,
+    the shared loader needs less CPU, time or energy per example; above 1 for
+    ``examples_per_s``, it is faster). Groups with only one kind are left out.
+    """
+    import pandas as pd
+
+    keys = ["job", "configuration", "power_limit_w", "basis"]
+    columns = [
+        *keys,
+        "own_count",
+        "shared_count",
+        "own_run_ids",
+        "shared_run_ids",
+        *(f"{side}_{name}" for name in figures for side in ("own", "shared")),
+        *(f"{name}_ratio" for name in figures),
+    ]
+    rows = frame[frame["level"] == "provider"].copy()
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    rows["configuration"] = rows["configuration"].astype(str).str.removesuffix(SHARED_LOADER)
+    rows["job"] = rows["job"].fillna("-")
+    rows["power_limit_w"] = rows["power_limit_w"].astype(object).fillna("default")
+    rows["basis"] = rows["basis"].fillna("-")
+    out = []
+    for key, group in rows.groupby(keys, sort=False, dropna=False):
+        sides = {side: group[group["loader"] == side] for side in ("own", "shared")}
+        if sides["own"].empty or sides["shared"].empty:
+            continue
+        entry = dict(zip(keys, key, strict=True))
+        for side, part in sides.items():
+            entry[f"{side}_count"] = len(part)
+            entry[f"{side}_run_ids"] = " ".join(part["run_id"].astype(str))
+        for name in figures:
+            own = pd.to_numeric(sides["own"][name], errors="coerce").mean()
+            shared = pd.to_numeric(sides["shared"][name], errors="coerce").mean()
+            entry[f"own_{name}"], entry[f"shared_{name}"] = own, shared
+            entry[f"{name}_ratio"] = shared / own if own and math.isfinite(own) else NAN
         out.append(entry)
     return pd.DataFrame(out, columns=columns)

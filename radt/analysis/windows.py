@@ -24,6 +24,11 @@ Definitions (docs/analysis.md has them with a worked example):
   outside the samples is extrapolated from the nearest interval (the device
   listener starts a moment after the command); farther out the energy is
   missing with the reason.
+- **CPU across a window**: core-seconds of a run's process tree, from ``top``'s
+  ``top/proc/cpu_pct`` (each sample the tree's CPU over the time since the one
+  before; the first over the time since the listener's first sample) summed
+  into a CPU-time counter, which is interpolated at the bounds like an energy
+  counter.
 
 Times are float epoch seconds. Units: ns = 1e9 × s, nJ = 1e9 × J.
 """
@@ -516,6 +521,57 @@ def window_figures(
         "host_mem_peak_mib": float(np.max(rss)) if rss is not None and len(rss) else NAN,
     }
     return figures, used, note
+
+
+# --------------------------------------------------------------------------- CPU time
+
+CPU_KEY = ("top", "proc", "cpu_pct")
+"""The process tree's CPU (``top/proc/cpu_pct``) in split series."""
+
+
+def cpu_counter(
+    seconds: np.ndarray, cpu_pct: np.ndarray, first_s: float = NAN
+) -> tuple[np.ndarray, np.ndarray]:
+    """Core-seconds a process tree used, cumulative, from its ``cpu_pct`` samples.
+
+    Sample *i* is the tree's CPU (100 = one core) over the time since sample
+    *i − 1*; the first one's over the time since ``first_s`` (when the listener
+    took its first reading; without it, the first sample only starts the count).
+    Returns ``(times, core_s)`` with ``core_s = 0`` at the first time.
+    """
+    seconds = np.asarray(seconds, np.float64)
+    cpu_pct = np.asarray(cpu_pct, np.float64)
+    if not len(seconds):
+        return seconds, cpu_pct
+    if math.isfinite(first_s) and first_s < seconds[0]:
+        times = np.concatenate([[first_s], seconds])
+        used = np.diff(times) * cpu_pct / 100.0
+    else:
+        times = seconds
+        used = np.diff(times) * cpu_pct[1:] / 100.0
+    return times, np.concatenate([[0.0], np.cumsum(used)])
+
+
+def cpu_between(series: Series, start: float, end: float) -> tuple[float, str | None]:
+    """Core-seconds of the run's process tree from ``start`` to ``end``, or NaN and why.
+
+    The CPU-time counter of :func:`cpu_counter` (started at the first ``top``
+    sample of the tree) interpolated at the bounds, with one sampling interval of
+    reach beyond its samples (the command ends within one interval of the last).
+    """
+    if CPU_KEY not in series:
+        return NAN, "no CPU samples (the top listener did not record this run)"
+    seconds, pct = series[CPU_KEY]
+    rss = series.get(("top", "proc", "rss_mib"))
+    first = float(rss[0][0]) if rss is not None and len(rss[0]) else NAN
+    times, core_s = cpu_counter(seconds, pct, first)
+    if len(times) < 2 or not end > start:
+        return NAN, "too few CPU samples (top) for the window"
+    reach = sampling_interval(times)
+    used = value_at(times, core_s, end, reach) - value_at(times, core_s, start, reach)
+    if not math.isfinite(used):
+        return NAN, "the CPU samples (top) do not cover the window"
+    return used, None
 
 
 def device_interval_s(series: Series) -> float:

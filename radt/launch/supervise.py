@@ -101,17 +101,26 @@ class Supervisor:
             self.sent = signal.SIGTERM
             self._signal_all(signal.SIGTERM)
 
-    def wait(self, on_exit: Callable[[int], None] | None = None) -> list[int]:
-        """Wait until every command has ended; return their exit statuses.
+    def wait(
+        self,
+        on_exit: Callable[[int], None] | None = None,
+        children: Sequence[Child] | None = None,
+        watch: Callable[[], None] | None = None,
+    ) -> list[int]:
+        """Wait until every command (or every one of ``children``) has ended; return their
+        exit statuses.
 
-        ``on_exit(i)`` is called once for command ``i`` as soon as it is seen to have ended.
+        ``on_exit(i)`` is called once for command ``i`` (of those waited for) as soon as it
+        is seen to have ended. ``watch`` is called at each look while they run, e.g. to stop
+        them (:meth:`stop_all`) when something they depend on has failed.
         """
+        waited = self.children if children is None else list(children)
         deadline = (
             time.monotonic() + self.max_time_min * 60 if self.max_time_min is not None else None
         )
         ended: set[int] = set()
         while True:
-            codes = [child.poll() for child in self.children]
+            codes = [child.poll() for child in waited]
             if on_exit is not None:
                 for index, code in enumerate(codes):
                     if code is not None and index not in ended:
@@ -119,6 +128,8 @@ class Supervisor:
                         on_exit(index)
             if all(code is not None for code in codes):
                 return codes  # type: ignore[return-value]
+            if watch is not None:
+                watch()
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 self.stop_all(f"--max-time of {self.max_time_min:g} min reached")

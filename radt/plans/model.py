@@ -3,8 +3,9 @@
 A plan has the original radT's columns (``Experiment, Workload, Status, Run,
 Devices, Collocation, File, Listeners, Params``, plus its optional ``Name``)
 and new ones: ``PowerLimit`` (watts), ``Env`` (``KEY=VALUE ...``), ``Job``
-(what is trained: the baseline a run is compared with) and ``WarmupEpochs`` /
-``WarmupS`` (where the run's steady-state window starts).
+(what is trained: the baseline a run is compared with), ``WarmupEpochs`` /
+``WarmupS`` (where the run's steady-state window starts) and ``Role``
+(``loader`` marks the workload's shared data loader).
 Rows with the same Experiment and Workload run together as one workload.
 """
 
@@ -33,11 +34,15 @@ COLUMNS = (
     "Job",
     "WarmupEpochs",
     "WarmupS",
+    "Role",
 )
 REQUIRED = ("Experiment", "Workload", "File")
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
 MODES = ("none", "naive", "mps", "mig")
 MAX_COMPUTE_SLICES = 7
+LOADER, CONSUMER = "loader", "consumer"
+"""Roles in a workload with a shared loader (``radt.role``); the loader's letter is L."""
+LOADER_LETTER = "L"
 
 EMPTY = ("", "-")
 """Cell values that mean "empty"."""
@@ -93,11 +98,12 @@ class Row:
     params: list[str]
     power_limit_w: float | None
     env: dict[str, str]
-    letter: str = ""  # "A", "B", … in row order within the workload
+    letter: str = ""  # "A", "B", … in row order within the workload; "L" for a loader
     name: str = ""  # the optional Name column (a run name), "" when absent
     job: str | None = None  # the Job column; None: derived from the command
     warmup_epochs: int | None = None  # the WarmupEpochs column
     warmup_s: float | None = None  # the WarmupS column
+    role: str = ""  # "loader", "consumer" (a training fed by the loader) or ""
 
     @property
     def command(self) -> list[str]:
@@ -117,6 +123,16 @@ class Workload:
     def label(self) -> str:
         """``experiment/workload``, for messages."""
         return f"{self.experiment}/{self.name}"
+
+    @property
+    def loader(self) -> Row | None:
+        """The workload's shared loader row (``Role`` = loader), if it has one."""
+        return next((row for row in self.rows if row.role == LOADER), None)
+
+    @property
+    def trainings(self) -> list[Row]:
+        """The rows that are not the loader: the runs that share the GPU."""
+        return [row for row in self.rows if row.role != LOADER]
 
     @property
     def status(self) -> str:

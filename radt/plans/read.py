@@ -22,7 +22,10 @@ from pathlib import Path
 from radt.launch.job import parse_job, parse_warmup_epochs, parse_warmup_s
 from radt.plans.model import (
     COLUMNS,
+    CONSUMER,
     EMPTY,
+    LOADER,
+    LOADER_LETTER,
     MAX_COMPUTE_SLICES,
     REQUIRED,
     Collocation,
@@ -156,6 +159,16 @@ def _optional(column: str, parse: Callable[[str], object]) -> Callable[[str], ob
             raise ValueError(f"{column} {err}") from None
 
     return parsed
+
+
+def _parse_role(text: str) -> str:
+    value = clean(text).lower()
+    if value not in ("", LOADER, CONSUMER):
+        raise ValueError(
+            f"unknown Role {clean(text)!r} (use loader for the workload's shared data loader, "
+            "or leave it empty)"
+        )
+    return value
 
 
 def _parse_status(text: str) -> str:
@@ -298,11 +311,14 @@ def _build_row(
         job=parsed(_optional("Job", parse_job), "Job"),
         warmup_epochs=parsed(_optional("WarmupEpochs", parse_warmup_epochs), "WarmupEpochs"),
         warmup_s=parsed(_optional("WarmupS", parse_warmup_s), "WarmupS"),
+        role=parsed(_parse_role, "Role"),
     )
     if fields["warmup_epochs"] is not None and fields["warmup_s"] is not None:
         errors.append("give WarmupEpochs or WarmupS, not both")
     if fields["devices"] is not None and fields["collocation"] is not None:
         errors.extend(_mig_device_problems(fields["collocation"], fields["devices"]))
+    if fields["role"] == LOADER:
+        errors.extend(_loader_row_problems(fields["collocation"], fields["power_limit_w"]))
     if errors and len(record.raw) > len(columns):
         # extra (empty) cells are tolerated, but here they likely shifted the row
         return None, [_too_many_cells(len(record.raw), len(columns))]
@@ -334,6 +350,53 @@ def _mig_device_problems(collocation: Collocation, devices: list[str]) -> list[s
             f"not the MIG device {devices[0]}"
         ]
     return []
+
+
+def _loader_row_problems(collocation: Collocation | None, power_limit_w: float | None) -> list[str]:
+    """A loader takes no share of the GPU: no MPS share, no MIG slice, no power cap."""
+    problems = []
+    if collocation is not None and collocation.mode in ("mps", "mig"):
+        problems.append(
+            f"a loader row takes no share of the GPU, so it cannot have Collocation "
+            f"{collocation.label}; leave it empty (-)"
+        )
+    if power_limit_w is not None:
+        problems.append(
+            "a loader row cannot set a PowerLimit (the trainings' rows set the GPU's cap); "
+            "leave it empty"
+        )
+    return problems
+
+
+def _loader_problems(workload: Workload) -> list[Problem]:
+    """At most one loader per workload, and a loader needs trainings to feed."""
+    loaders = [row for row in workload.rows if row.role == LOADER]
+    problems = [
+        Problem(
+            row.line,
+            f"workload {workload.label} has a second loader row (line {loaders[0].line} is "
+            "its loader); a workload has at most one shared loader",
+        )
+        for row in loaders[1:]
+    ]
+    if loaders and not workload.trainings:
+        problems.append(
+            Problem(
+                loaders[0].line,
+                f"the loader of workload {workload.label} has no trainings to feed: add the "
+                "training rows to the same workload (same Experiment and Workload)",
+            )
+        )
+    if not loaders:
+        problems += [
+            Problem(
+                row.line,
+                f"Role consumer needs a loader row (Role loader) in workload {workload.label}",
+            )
+            for row in workload.rows
+            if row.role == CONSUMER
+        ]
+    return problems
 
 
 def _shared(a: Row, b: Row) -> str | None:
@@ -397,13 +460,14 @@ def _mig_capacity_problems(workload: Workload) -> list[Problem]:
 def _workload_problems(workload: Workload) -> list[Problem]:
     """Rows of one workload that cannot run together."""
     problems = []
-    for i, row in enumerate(workload.rows):
-        for earlier in workload.rows[:i]:
+    trainings = workload.trainings
+    for i, row in enumerate(trainings):
+        for earlier in trainings[:i]:
             message = _pair_problem(earlier, row)
             if message:
                 problems.append(Problem(row.line, message))
                 break
-    return problems + _mig_capacity_problems(workload)
+    return problems + _mig_capacity_problems(workload) + _loader_problems(workload)
 
 
 def _letter(index: int) -> str:
@@ -424,8 +488,16 @@ def _group(rows: list[Row]) -> list[Workload]:
             workloads[key] = Workload(row.experiment, row.workload, [])
         workloads[key].rows.append(row)
     for workload in workloads.values():
-        for index, row in enumerate(workload.rows):
-            row.letter = _letter(index)
+        # With a loader (letter L), the trainings' letters skip L.
+        letters = (
+            _letter(index)
+            for index in range(len(workload.rows) + 1)
+            if not (workload.loader and _letter(index) == LOADER_LETTER)
+        )
+        for row in workload.rows:
+            row.letter = LOADER_LETTER if row.role == LOADER else next(letters)
+            if workload.loader and row.role != LOADER:
+                row.role = CONSUMER
     return list(workloads.values())
 
 

@@ -3,7 +3,8 @@
 A workload is a parent MLflow run that records the device-wide listeners;
 each row of the plan is a child run with its own command and run-scoped
 listeners. The collocation backends set the devices up, and their teardown
-always runs, whatever happens to the commands or to radT.
+always runs, whatever happens to the commands or to radT. A workload with a
+loader row starts its shared loader first (see :mod:`radt.plans.loader`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from radt.launch.registry import Discovered, check_options, discover, select
 from radt.launch.session import RecordedRun, say
 from radt.launch.supervise import Outcome, Supervisor, ended
 from radt.listener import Client, Listener
+from radt.plans.loader import LoaderPorts, SharedLoader
 from radt.plans.model import FAILED, FINISHED, Plan, PlanError, Row, Workload, format_problems
 from radt.plans.read import read_plan
 from radt.plans.workdir import absolute_store, place
@@ -34,6 +36,7 @@ from radt.tracking import experiment_id
 from radt.words import count
 
 COLOURS = ("36", "33", "35", "32", "34", "31")
+LOADER_COLOUR = "90"
 SEVERITY = {"FINISHED": 0, "FAILED": 1, "KILLED": 2}
 
 
@@ -64,6 +67,8 @@ class PlanOptions:
     """A run to nest every workload run under (a study's run, a batch search's run)."""
     tags: dict[str, str] = field(default_factory=dict)
     """Tags for every workload run and run (a batch-size probe's)."""
+    loader_timeout_s: float = 300.0
+    """How long a workload's shared loader may take to be ready."""
 
 
 def run_plan(options: PlanOptions) -> int:
@@ -203,7 +208,7 @@ def _selected(plan: Plan, options: PlanOptions) -> list[Workload]:
     pending = list(plan.workloads) if options.rerun_all else plan.pending(options.rerun)
     if options.modes is None:
         return pending
-    return [w for w in pending if {row.collocation.mode for row in w.rows} <= options.modes]
+    return [w for w in pending if {row.collocation.mode for row in w.trainings} <= options.modes]
 
 
 def _requests(workload: Workload) -> list[collocation.SlotRequest]:
@@ -216,7 +221,7 @@ def _requests(workload: Workload) -> list[collocation.SlotRequest]:
             mps_thread_pct=row.collocation.mps_thread_pct,
             mig_profile=row.collocation.mig_profile,
         )
-        for row in workload.rows
+        for row in workload.trainings
     ]
 
 
@@ -238,15 +243,17 @@ def _power_limits(workload: Workload, override: float | None) -> dict[int, float
 
 def workload_tags(workload: Workload, limits: dict[int, float]) -> dict[str, str]:
     """The tags shared by a workload's parent run and its runs."""
-    modes = sorted({row.collocation.mode for row in workload.rows})
+    trainings = workload.trainings
+    modes = sorted({row.collocation.mode for row in trainings})
     mode = modes[0] if len(modes) == 1 else "+".join(modes)
-    profiles = [row.collocation.mig_profile for row in workload.rows if row.collocation.mig_profile]
+    profiles = [row.collocation.mig_profile for row in trainings if row.collocation.mig_profile]
     return {
         "radt.workload": workload.name,
         "radt.collocation": mode,
         "radt.mig_profile": "+".join(profiles) if profiles else "-",
         "radt.power_limit_w": "+".join(f"{w:g}" for w in limits.values()) or "-",
         "radt.workload_runs": str(len(workload.rows)),
+        "radt.loader": "shared" if workload.loader else "own",
     }
 
 
@@ -281,6 +288,9 @@ class WorkloadRunner:
         self.supervisor: Supervisor | None = None
         self.interrupted = False
         self._stopping: list[threading.Thread] = []
+        self.loader: SharedLoader | None = None
+        self.loader_run: RecordedRun | None = None
+        self.loader_env: dict[str, str] = {}
 
     def run(self) -> int:
         """Run the workload to its end; return its worst exit code."""
@@ -298,17 +308,30 @@ class WorkloadRunner:
                 plan_name=self.plan.path.name,
             )
             self._keep(artifacts)
-            for index, (row, slot) in enumerate(zip(self.workload.rows, self.slots, strict=True)):
+            if self.workload.loader is not None:
+                self._prepare_loader(self.workload.loader)
+            trainings = self.workload.trainings
+            for index, (row, slot) in enumerate(zip(trainings, self.slots, strict=True)):
                 self._prepare(index, row, slot)
             self.supervisor = Supervisor(
-                self.children, say, self.options.grace_s, self.options.max_time_min
+                self.children + ([self.loader.child] if self.loader else []),
+                say,
+                self.options.grace_s,
+                self.options.max_time_min,
             )
             with self.supervisor:
-                self._start()
-                codes = self.supervisor.wait(on_exit=self._command_ended)
-                # Device-wide listeners observe the workload: it ends with its last command.
-                self.parent.stop_sampling()
-                self._keep(collocation.after_start(self.slots))
+                if self.loader is None or self.loader.start(self.supervisor):
+                    self._start()
+                    codes = self.supervisor.wait(
+                        on_exit=self._command_ended,
+                        children=self.children,
+                        watch=self._watch_loader,
+                    )
+                    # Device-wide listeners observe the workload: it ends with its last command.
+                    self.parent.stop_sampling()
+                    self._keep(collocation.after_start(self.slots))
+                if self.loader is not None:
+                    self.loader.stop(self.supervisor)
         except BaseException as exc:  # noqa: BLE001 - every failure ends in teardown and a record
             failure = exc
         finally:
@@ -347,6 +370,43 @@ class WorkloadRunner:
         )
 
     def _prepare(self, index: int, row: Row, slot: collocation.Slot) -> None:
+        colour = COLOURS[index % len(COLOURS)]
+        run, child = self._recorded(row, slot, colour)
+        self.runs.append(run)
+        self.children.append(child)
+
+    def _prepare_loader(self, row: Row) -> None:
+        """The loader's run and command, and the ports every run of the workload gets."""
+        ports = LoaderPorts.pick()
+        self.loader_env = ports.env(len(self.workload.trainings))
+        devices = {"CUDA_VISIBLE_DEVICES": ",".join(row.devices)} if row.devices else {}
+        slot = collocation.Slot(
+            env=devices,
+            devices=list(row.devices),
+            tags={"radt.loader_ports": ",".join(map(str, ports.all))},
+        )
+        run, child = self._recorded(row, slot, LOADER_COLOUR)
+        self.loader_run = run
+
+        def started(pid: int) -> None:
+            run.start_listeners(pid, child.started_s)
+            run.capture_environment()
+
+        self.loader = SharedLoader(
+            ports,
+            child,
+            run.output_log,
+            started,
+            say,
+            self.options.grace_s,
+            self.options.loader_timeout_s,
+        )
+
+    def _watch_loader(self) -> None:
+        if self.loader is not None and self.supervisor is not None:
+            self.loader.watch(self.supervisor)
+
+    def _recorded(self, row: Row, slot: collocation.Slot, colour: str) -> tuple[RecordedRun, Child]:
         listeners = self.row_listeners[row.line]
         argv, cwd = place(resolve_argv(row.command), self.options.workdir)
         run = RecordedRun(
@@ -362,6 +422,7 @@ class WorkloadRunner:
                 **self.options.job.with_row(row.job, row.warmup_epochs, row.warmup_s).tags(),
                 "radt.workdir": str(cwd),
                 **self.options.tags,
+                **({"radt.role": row.role} if row.role else {}),
             },
             params=run_params(row.command),
             # A fresh instance per run: a listener object observes one process tree.
@@ -373,7 +434,6 @@ class WorkloadRunner:
             devices=slot.devices,
             listener_options=self.options.listener_options,
         )
-        self.runs.append(run)
         env = child_env(
             {**self.original_env, **row.env},
             absolute_store(self.uri),
@@ -382,13 +442,14 @@ class WorkloadRunner:
             self.options.max_epochs,
         )
         env.update(slot.env)
+        env.update(self.loader_env)
         if sys.stdout.isatty():
-            prefix = f"\x1b[{COLOURS[index % len(COLOURS)]}m[{row.letter}]\x1b[0m "
+            prefix = f"\x1b[{colour}m[{row.letter}]\x1b[0m "
         else:
             prefix = f"[{row.letter}] "
         argv = run.wrap(argv)
         env.update(run.command_env)
-        self.children.append(Child(argv, env, run.output_log, prefix, cwd))
+        return run, Child(argv, env, run.output_log, prefix, cwd)
 
     def _start(self) -> None:
         for child, run in zip(self.children, self.runs, strict=True):
@@ -400,9 +461,11 @@ class WorkloadRunner:
             run.capture_environment()
         # Device-wide listeners see every run: the runs are all descendants of radT; each
         # run gets the per-process series of its own processes (nvml's per-process SM use).
+        pairs = list(zip(self.children, self.runs, strict=True))
+        if self.loader is not None and self.loader_run is not None:
+            pairs.append((self.loader.child, self.loader_run))
         self.parent.context.clients = tuple(
-            Client(run.run_id, child.pid, run.context.emit)
-            for child, run in zip(self.children, self.runs, strict=True)
+            Client(run.run_id, child.pid, run.context.emit) for child, run in pairs
         )
         self.parent.start_listeners(os.getpid())
         self.parent.capture_environment()
@@ -418,7 +481,7 @@ class WorkloadRunner:
         self._stopping.append(stopping)
 
     def _stop_children(self) -> None:
-        for child in self.children:
+        for child in self.children + ([self.loader.child] if self.loader else []):
             if child.process is not None and child.poll() is None:
                 child.signal_group(signal.SIGKILL)
                 child.process.wait()
@@ -435,7 +498,11 @@ class WorkloadRunner:
 
     def _outcome(self, index: int, codes: list[int], failure: BaseException | None) -> Outcome:
         if failure is None and self.supervisor is not None and index < len(codes):
-            return self.supervisor.judge(codes[index])
+            outcome = self.supervisor.judge(codes[index])
+            if self.loader and self.loader.failure and outcome.status == "KILLED":
+                # stopped by radT because the loader failed: a failure, not an interruption
+                return Outcome("FAILED", outcome.exit_code, outcome.tags)
+            return outcome
         if self.supervisor is not None and self.supervisor.signum is not None:
             signum = self.supervisor.signum
             return ended("KILLED", 128 + signum, self.supervisor.reason, signum)
@@ -446,6 +513,22 @@ class WorkloadRunner:
             )
         return ended("FAILED", 1, f"radT could not run it: {failure}")
 
+    def _close_loader(
+        self, row: Row, results: dict[int, tuple[str, str]], failure: BaseException | None
+    ) -> Outcome:
+        """Complete the loader's run; its outcome counts for the workload like a run's."""
+        outcome = self.loader.outcome(self.supervisor, failure) if self.loader else None
+        if outcome is None:
+            outcome = self._outcome(len(self.children), [], failure)
+        if self.loader_run is None:
+            results[row.line] = (outcome.status, "")
+            return outcome
+        self.loader_run.state.tags.update(outcome.tags)
+        ended_s = self.loader.child.ended_s if self.loader else None
+        self.loader_run.close(outcome.status, outcome.exit_code, ended_s=ended_s)
+        results[row.line] = (outcome.status, self.loader_run.run_id)
+        return outcome
+
     def _close(self, codes: list[int], failure: BaseException | None) -> int:
         for stopping in self._stopping:
             stopping.join(timeout=60)
@@ -455,7 +538,7 @@ class WorkloadRunner:
         results: dict[int, tuple[str, str]] = {}
         worst = Outcome("FINISHED", 0)
         workload_ended_s = max((c.ended_s for c in self.children if c.ended_s), default=None)
-        for index, row in enumerate(self.workload.rows):
+        for index, row in enumerate(self.workload.trainings):
             outcome = self._outcome(index, codes, failure)
             if index < len(self.runs):
                 run = self.runs[index]
@@ -465,6 +548,11 @@ class WorkloadRunner:
                 results[row.line] = (outcome.status, run.run_id)
             else:
                 results[row.line] = (outcome.status, "")
+            if SEVERITY.get(outcome.status, 1) > SEVERITY.get(worst.status, 1):
+                worst = Outcome(outcome.status, worst.exit_code)
+            worst.exit_code = worst.exit_code or outcome.exit_code
+        if self.workload.loader is not None:
+            outcome = self._close_loader(self.workload.loader, results, failure)
             if SEVERITY.get(outcome.status, 1) > SEVERITY.get(worst.status, 1):
                 worst = Outcome(outcome.status, worst.exit_code)
             worst.exit_code = worst.exit_code or outcome.exit_code

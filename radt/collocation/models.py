@@ -3,7 +3,7 @@
 A study runs in two passes (MIG mode on for the MIG workloads, off for the others), so it is
 checked against the GPU *model*, not the GPU's current MIG state. The profiles come from
 ``nvidia-smi mig -lgip`` when the GPU is in MIG mode; otherwise from the table below, picked by
-the name ``nvidia-smi -L`` prints; without a GPU, from the known model(s) whose profiles include
+the name ``nvidia-smi -L`` prints; without a GPU, from the known models whose profiles include
 every profile the study names (the 80 GB A100 and H100 share theirs, and their geometry).
 
 The table: NVIDIA MIG User Guide, "Supported MIG Profiles". Every model with seven compute

@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 from radt.frontend.style import MODES, PALETTE, empty_figure, mode_colour
 
 from radt.analysis.attribution import crosscheck_flagged
+from radt.analysis.summary import SHARED_LOADER
 
 PROVIDERS = ("provider", "run")
 CLIENTS = ("client", "run")
@@ -598,4 +599,83 @@ def frontier_figure(table: pd.DataFrame, normalised: bool = False) -> go.Figure:
             ticksuffix="J",
             exponentformat="SI",
         )
+    return _finish(fig, title)
+
+
+NO_CPU = (
+    "No CPU per example in these workloads: it needs the <i>top</i> listener and<br>"
+    "radt.log_examples(n) in the script (CPU core-seconds over the window / examples)."
+)
+LOADER_COLOURS = {"own": "#7f7f7f", "shared": "#2ca02c"}
+"""Own loaders grey, one shared loader green, in :func:`cpu_figure`."""
+
+
+def cpu_figure(frame: pd.DataFrame) -> go.Figure:
+    """Provider CPU per example (ms) by configuration for each Job, own vs shared loader.
+
+    One bar per Job × configuration (``+ shared loader`` taken off) × power limit ×
+    ``loader``, side by side and coloured by ``loader`` (``own``: each training loads
+    its own data; ``shared``: one shared loader fed them, its CPU counted in). A bar is
+    the mean of its workloads' ``cpu_per_example_ns`` (repeats; the hover says how
+    many). Workloads whose CPU per example is missing are named under the chart with
+    their ``window_note``.
+    """
+    title = "CPU per example by configuration: own loaders vs one shared loader"
+    rows = frame[frame["level"].isin(PROVIDERS)]
+    if rows.empty:
+        return empty_figure(NO_CPU, title)
+    rows = _ordered(rows)
+    cpu_ms = _finite(rows["cpu_per_example_ns"]).to_numpy() * 1e-6
+    configuration = rows["configuration"].astype(object).fillna(rows["collocation"]).astype(str)
+    cap = rows["power_limit_w"].map(lambda v: "" if not _present(v) else f" · {power_label(v)}")
+    rows = rows.assign(
+        _ms=cpu_ms,
+        _job=rows["job"].astype(object).fillna("-").astype(str).to_numpy(),
+        _config=(configuration.str.removesuffix(SHARED_LOADER) + cap).to_numpy(),
+        _loader=rows["loader"].astype(object).fillna("own").astype(str).to_numpy(),
+        _name=rows["workload"].fillna(rows["run_name"]).astype(str).to_numpy(),
+    )
+    known = rows[np.isfinite(rows["_ms"])]
+    if known.empty:
+        return empty_figure(NO_CPU, title)
+    fig = go.Figure()
+    keys = ["_job", "_config"]
+    slots = list(dict.fromkeys(zip(known["_job"], known["_config"], strict=True)))
+    for loader in [m for m in ("own", "shared") if (known["_loader"] == m).any()]:
+        mine = known[known["_loader"] == loader]
+        means = mine.groupby(keys, sort=False)["_ms"].agg(["mean", "count"])
+        names = mine.groupby(keys, sort=False)["_name"].agg(", ".join)
+        present = [s for s in slots if s in means.index]
+        fig.add_trace(
+            go.Bar(
+                x=[[s[0] for s in present], [s[1] for s in present]],
+                y=[float(means.loc[s, "mean"]) for s in present],
+                name=f"{loader} loader" + ("s" if loader == "own" else ""),
+                marker_color=LOADER_COLOURS.get(loader, "#1f77b4"),
+                customdata=[[int(means.loc[s, "count"]), names.loc[s]] for s in present],
+                hovertemplate="%{x}<br>%{y:.4g} ms CPU per example (mean of %{customdata[0]}: "
+                "%{customdata[1]})<extra>" + loader + "</extra>",
+            )
+        )
+    missing = rows[~np.isfinite(rows["_ms"])]
+    if len(missing):
+        notes = rows["window_note"] if "window_note" in rows else pd.Series(None, rows.index)
+        lines = [
+            f"{name}: {note if _present(note) else 'no CPU per example'}"
+            for name, note in zip(missing["_name"], notes[missing.index], strict=True)
+        ]
+        fig.add_annotation(
+            text="missing: " + "<br>".join(lines),
+            xref="paper",
+            yref="paper",
+            x=1.0,
+            y=1.0,
+            xanchor="right",
+            yanchor="top",
+            align="right",
+            showarrow=False,
+            font={"size": 11, "color": "#555"},
+        )
+    fig.update_yaxes(title_text="CPU per example (ms, core-time)", rangemode="tozero")
+    fig.update_layout(barmode="group")
     return _finish(fig, title)

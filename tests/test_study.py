@@ -22,6 +22,8 @@ from conftest import REPO, wait_for
 from test_workload import ROOT, new_workspace, with_fakes
 
 from radt.plans import batch
+from radt.plans.read import read_plan
+from radt.plans.runner import PlanOptions
 from radt.plans.study import (
     StudyError,
     expand,
@@ -30,6 +32,7 @@ from radt.plans.study import (
     read_study,
 )
 from radt.plans.studyfile import write_progress
+from radt.plans.studyrun import StudyOptions, run_study
 
 JOB = r"""
 import argparse, json, os, re, subprocess, sys, time
@@ -230,6 +233,74 @@ def test_progress_is_written_in_place_and_reads_back_as_the_original_reads_it(tm
     assert finished == ["--lr 0.1"]
 
 
+LOADER_STUDY = """\
+name: fed
+file: job.py --batch-size 4
+devices: 0
+listeners: none
+parameters:
+  lr:
+    values: [0.1]
+collocation: [none, naive x2]
+loader: [own, shared]
+loader_file: feeder.py --epochs 2 --augment 2
+"""
+
+
+def test_loader_dimension_runs_each_configuration_with_own_loaders_and_one_shared(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "job.py").write_text(JOB)
+    (tmp_path / "feeder.py").write_text("")
+    path = tmp_path / "study.yaml"
+    path.write_text(LOADER_STUDY)
+    monkeypatch.chdir(tmp_path)
+    workloads = expand(read_study(path, cwd=tmp_path))
+    assert [(w.name, w.configuration.label, w.loader, w.descriptor) for w in workloads] == [
+        ("001-none-own", "none", "own", "--lr 0.1"),
+        ("002-none-shared", "none", "shared", "--lr 0.1 | shared loader"),
+        ("003-naive-x2-own", "naive x2", "own", "--lr 0.1 | naive x2"),
+        ("004-naive-x2-shared", "naive x2", "shared", "--lr 0.1 | naive x2 | shared loader"),
+    ]
+    assert len({w.job for w in workloads}) == 1  # own and shared compare as one Job
+
+    assert run_study(StudyOptions(path, PlanOptions(path=path), dry_run=True)) == 0
+    out = capsys.readouterr().out
+    assert (
+        "4 workloads, 8 runs = 1 parameter combination x 2 configurations x 1 power limit"
+        " x 2 loaders x 1 repeat"
+    ) in out
+    assert "loaders: own, shared; shared loader: feeder.py --epochs 2 --augment 2" in out
+    table = out[out.index("#  workload") :].splitlines()
+    assert table[0].split() == [
+        "#", "workload", "configuration", "runs", "loader", "power", "repeat", "params", "status"
+    ]  # fmt: skip
+    assert [line.split()[-6:-4] for line in table[1:]] == [
+        ["1", "own"], ["2", "shared"], ["2", "own"], ["3", "shared"]
+    ]  # fmt: skip
+
+    plan = read_plan(tmp_path / "study.plan.csv", cwd=tmp_path)  # as a study run reads it
+    rows = {w.name: w.rows for w in plan.workloads}
+    assert not any(r.role for r in rows["001-none-own"] + rows["003-naive-x2-own"])
+    assert [r.params for r in rows["003-naive-x2-own"]] == [["--lr", "0.1"]] * 2
+    assert [(r.letter, r.role, r.collocation.label) for r in rows["004-naive-x2-shared"]] == [
+        ("L", "loader", "naive"),
+        ("A", "consumer", "naive"),
+        ("B", "consumer", "naive"),
+    ]
+    loader, *trainings = rows["004-naive-x2-shared"]
+    assert loader.command == ["feeder.py", "--epochs", "2", "--augment", "2"]
+    assert loader.power_limit_w is None and loader.job is None
+    for row in trainings:
+        assert row.command == ["job.py", "--batch-size", "4", "--shared-loader", "--lr", "0.1"]
+        assert row.job == workloads[0].job
+    # none with a shared loader: the training alone on its GPU, and the loader beside it
+    assert [(r.letter, r.role, r.collocation.mode) for r in rows["002-none-shared"]] == [
+        ("L", "loader", "none"),
+        ("A", "consumer", "none"),
+    ]
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -250,6 +321,14 @@ def test_progress_is_written_in_place_and_reads_back_as_the_original_reads_it(tm
         ("file: nosuch.py\n", r"line 1: file: File 'nosuch.py' not found"),
         ("file: job.py\nbatch_size: 64\n", r"line 2: batch_size: must be a mapping"),
         ("file: job.py\nname: [a\n", r"not valid YAML: .*flow sequence on line 2"),
+        ("file: job.py\nloader: [own, borrowed]\n", r"line 2: loader\[1\]: 'borrowed' is not own"),
+        ("file: job.py\nloader: [own, shared]\n", r"line 2: loader: shared needs loader_file"),
+        ("file: job.py\nloader: []\n", r"line 2: loader: the list is empty"),
+        ("file: job.py\nloader_file: job.py\n", r"line 2: loader_file: is only run with loader"),
+        (
+            "file: job.py\nloader: shared\nloader_file: nope.py\n",
+            r"line 3: loader_file: File 'nope.py' not found",
+        ),
     ],
 )
 def test_bad_study_is_one_line_per_problem_with_its_key(tmp_path, text, expected):

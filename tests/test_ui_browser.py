@@ -315,6 +315,8 @@ def test_compare_page_draws_the_study_charts(page, ui, study, shots):
     assert "No GPU energy" in notes  # a CPU-only study: a note, not an empty plot
     assert "Workload figures are over their window" in page.inner_text("#cmp-note")
     assert "No GPU utilisation" in page.inner_text("#cmp-util")
+    page.wait_for_selector("#cmp-cpu .js-plotly-plot .main-svg")
+    wait_for(lambda: trace_names(page, "cmp-cpu") == ["own loaders"], timeout=30)
     page.screenshot(path=str(shots / "compare.png"), full_page=True)
 
 

@@ -16,6 +16,7 @@ from radt.frontend.figures import (
     basis_note,
     client_energy_figure,
     config_label,
+    cpu_figure,
     efficiency_figure,
     focus,
     normalise,
@@ -430,6 +431,59 @@ def test_bars_group_configurations_by_power_limit_and_colour_by_mode():
     assert mig[0].marker.color != [t for t in bars if t.name == "mps"][0].marker.color
 
 
+def loader_study() -> pd.DataFrame:
+    """Job ``train.py``: naive x3 with own loaders (two repeats: 15 and 17 ms CPU per
+    example), the same with one shared loader (6 ms), none alone (12 ms) and a shared
+    workload whose CPU is missing (no ``top`` samples for its loader)."""
+
+    def provider(name, configuration, loader, cpu_ns, note=None):
+        return {
+            "level": "provider",
+            "run_id": name,
+            "run_name": name,
+            "workload": name,
+            "collocation": configuration.split()[0],
+            "job": "train.py",
+            "configuration": configuration,
+            "loader": loader,
+            "basis": "examples",
+            "cpu_per_example_ns": cpu_ns,
+            "window_note": note,
+        }
+
+    rows = [
+        provider("alone", "none", "own", 12e6),
+        provider("own-r1", "naive x3", "own", 15e6),
+        provider("own-r2", "naive x3", "own", 17e6),
+        provider("shared-r1", "naive x3 + shared loader", "shared", 6e6),
+        provider("lost", "naive x2 + shared loader", "shared", math.nan, "run L: no samples"),
+        {"level": "client", "run_id": "own-r1-A", "parent_run_id": "own-r1", "loader": "own"},
+    ]
+    return normalise(summary_frame(rows))
+
+
+def test_cpu_per_example_by_configuration_sets_own_and_shared_loaders_side_by_side():
+    fig = cpu_figure(loader_study())
+    assert fig.layout.barmode == "group"
+    own, shared = fig.data
+    assert (own.name, shared.name) == ("own loaders", "shared loader")
+    assert own.marker.color != shared.marker.color
+    assert [list(level) for level in own.x] == [["train.py", "train.py"], ["none", "naive x3"]]
+    assert list(own.y) == pytest.approx([12.0, 16.0])  # ms; naive x3: mean of 15 and 17
+    assert [c[0] for c in own.customdata] == [1, 2]
+    assert own.customdata[1][1] == "own-r1, own-r2"
+    assert [list(level) for level in shared.x] == [["train.py"], ["naive x3"]]
+    assert list(shared.y) == pytest.approx([6.0])
+    assert "lost: run L: no samples" in annotations(fig)
+
+
+def test_cpu_per_example_without_top_says_what_it_needs():
+    fig = cpu_figure(loader_study().assign(cpu_per_example_ns=math.nan))
+    assert not fig.data and "needs the <i>top</i> listener" in annotations(fig)
+    capped = loader_study().assign(power_limit_w="250")
+    assert list(cpu_figure(capped).data[0].x[1]) == ["none · 250 W", "naive x3 · 250 W"]
+
+
 def test_slowdown_against_partition_size_with_the_one_to_one_line():
     fig = slowdown_figure(study())
     line, *points = fig.data
@@ -507,7 +561,7 @@ def test_client_energy_draws_estimates_hollow_labelled_est_and_apart_from_measur
     assert set(estimated.customdata[:, 1]) == {"estimated by sm_util+equal"}
     assert set(measured.customdata[:, 1]) == {"measured"}
     json.loads(pio.to_json(fig))
-    assert "cmp-clients" in CHARTS
+    assert "cmp-clients" in CHARTS and CHARTS[-1] == "cmp-cpu"
 
 
 def test_client_energy_without_energy_says_so():

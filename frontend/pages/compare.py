@@ -1,4 +1,5 @@
-"""Compare page: the MIG energy study's charts for the selected runs' workloads (or all of them)."""
+"""Compare page: the MIG energy study's charts for the selected runs' workloads (or all of them),
+and CPU per example with own loaders against one shared loader."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from radt.frontend.figures import (
     PROVIDERS,
     basis_note,
     client_energy_figure,
+    cpu_figure,
     efficiency_figure,
     focus,
     frontier_figure,
@@ -28,6 +30,7 @@ CHARTS = (
     "cmp-util",
     "cmp-frontier",
     "cmp-clients",
+    "cmp-cpu",
 )
 VIEWS = {
     "absolute": "time and energy per example",
@@ -67,6 +70,7 @@ def layout() -> html.Div:
             _graph(CHARTS[1]),
             _graph(CHARTS[3]),
             _graph(CHARTS[5]),
+            _graph(CHARTS[6]),
         ],
     )
 
@@ -120,4 +124,5 @@ def register(app: Dash, store: Store) -> None:
             utilisation_figure(shown),
             frontier_figure(frontier_table(shown), normalised=view == "normalised"),
             client_energy_figure(shown),
+            cpu_figure(shown),
         ]

@@ -10,7 +10,9 @@ combinations whose status says FINISHED. Those files run here unchanged.
 radT's extensions, each a list whose product with the parameters is the study:
 ``collocation`` (whole configurations: ``none``, ``naive x3``, ``mps x2``, ``mps:50 x2``,
 ``4g.40gb+3g.40gb`` (one run per slice)), ``power_limit`` (watts or ``default``),
-``repeats``, plus ``job`` (the Job name), ``seed`` (for ``method: random``) and
+``repeats``, ``loader`` (``own``: each training loads its own data; ``shared``: one shared
+loader, the command ``loader_file``, feeds every training of the workload, see
+:mod:`radt.plans.loader`), plus ``job`` (the Job name), ``seed`` (for ``method: random``) and
 ``batch_size: {search: max, ...}`` (the largest batch that fits each device slot, searched by
 :mod:`radt.plans.batch`). Every problem is reported, one line each with its key and line,
 before anything starts.
@@ -42,10 +44,14 @@ ORIGINAL_KEYS = (
     "status",
     "parent",
 )
-EXTENSION_KEYS = ("power_limit", "repeats", "job", "seed", "batch_size")
+EXTENSION_KEYS = ("power_limit", "repeats", "job", "seed", "batch_size", "loader", "loader_file")
 KEYS = ORIGINAL_KEYS + EXTENSION_KEYS
 BATCH_KEYS = ("search", "flag", "min", "max", "power_of_two", "steps", "max_time")
 METHODS = ("grid", "random")
+LOADERS = ("own", "shared")
+"""``loader:`` values: each training loads its own data, or one shared loader feeds them."""
+SHARED_LOADER_FLAG = "--shared-loader"
+"""What a training fed by the shared loader gets (examples/train.py's flag), before the params."""
 MAX_SHARING = 48  # MPS serves at most 48 clients per GPU (Volta and later)
 STATUS_WORD = re.compile(r"^[A-Z]+$")
 
@@ -120,6 +126,10 @@ class Study:
     repeats: int
     job: str | None
     batch: BatchSearch | None
+    loaders: list[str] = field(default_factory=lambda: ["own"])
+    """``own`` and/or ``shared``: a dimension of the study, like the configurations."""
+    loader_file: str | None = None
+    """The shared loader's command (a ``Role=loader`` plan row); needed with ``shared``."""
     status: dict[int, str] = field(default_factory=dict)
     parent: str | None = None
     extended: set[str] = field(default_factory=set)
@@ -141,6 +151,7 @@ class StudyWorkload:
     descriptor: str
     """What identifies it in the file's ``status:`` (the original's params string, extended)."""
     name: str  # the plan's Workload: "001", "004-naive-x2-150w-r2"
+    loader: str = "own"  # "shared": a shared loader (the study's loader_file) feeds the runs
 
     @property
     def params_text(self) -> str:
@@ -248,9 +259,15 @@ class _Reader:
         repeats = self.integer("repeats", 1, minimum=1)
         job = self.text("job") or None
         batch = self.batch(parameters)
+        loaders = self.loaders()
+        loader_file = self.loader_file(loaders)
         status = self.status()
         parent = self.text("parent") or None
-        extended = {key for key in EXTENSION_KEYS if key in data and key not in ("job", "seed")}
+        extended = {
+            key
+            for key in EXTENSION_KEYS
+            if key in data and key not in ("job", "seed", "loader_file")
+        }
         if isinstance(data.get("collocation"), list):
             extended.add("collocation")
         if self.problems:
@@ -270,6 +287,8 @@ class _Reader:
             repeats=repeats,
             job=job,
             batch=batch,
+            loaders=loaders,
+            loader_file=loader_file,
             status=status,
             parent=parent,
             extended=extended,
@@ -388,6 +407,47 @@ class _Reader:
                 continue
             found.append(watts)
         return found
+
+    def loaders(self) -> list[str]:
+        raw = self.data.get("loader", "own")
+        items = raw if isinstance(raw, list) else [raw]
+        if not items:
+            self.problem("loader", "the list is empty, so the study has no workload")
+        found: list[str] = []
+        for i, item in enumerate(items):
+            key = f"loader[{i}]" if isinstance(raw, list) else "loader"
+            value = _value_text(item).lower()
+            if value not in LOADERS:
+                self.problem(
+                    key,
+                    f"{_value_text(item)!r} is not own or shared (own: each training loads its "
+                    "own data; shared: one loader_file feeds them)",
+                )
+            elif value in found:
+                self.problem(key, f"{value} is listed twice")
+            else:
+                found.append(value)
+        return found
+
+    def loader_file(self, loaders: list[str]) -> str | None:
+        value = self.text("loader_file")
+        if not value:
+            if "shared" in loaders:
+                self.problem(
+                    "loader",
+                    "shared needs loader_file: the shared loader's command "
+                    "(e.g. loader_file: examples/loader.py --epochs 2)",
+                )
+            return None
+        if "shared" not in loaders:
+            self.problem(
+                "loader_file", "is only run with loader: [own, shared] (or [shared]); add that"
+            )
+        try:
+            return _parse_file(value, self.cwd)
+        except ValueError as err:
+            self.problem("loader_file", str(err))
+            return value
 
     def batch(self, parameters: list[tuple[str, list[str]]]) -> BatchSearch | None:
         raw = self.data.get("batch_size")
@@ -558,6 +618,7 @@ def descriptor(
     configuration: Configuration,
     power_limit_w: float | None,
     repeat: int,
+    loader: str = "own",
 ) -> str:
     """What identifies a workload in ``status:``: the original's params string, then ``|``
     and each extension that is not at its default (so adding one keeps finished work)."""
@@ -566,6 +627,8 @@ def descriptor(
         parts.append(configuration.label)
     if power_limit_w is not None:
         parts.append(_cap_text(power_limit_w))
+    if loader != "own":
+        parts.append(f"{loader} loader")
     if repeat > 1:
         parts.append(f"repeat {repeat}")
     text = " | ".join(part for part in parts if part)
@@ -575,27 +638,31 @@ def descriptor(
 def expand(study: Study) -> list[StudyWorkload]:
     """Every workload of the study, in run order.
 
-    Grid order: repeat, then parameters, then power limit, then configuration (so an
-    interrupted study has whole repeats). ``method: random`` shuffles the same list with
+    Grid order: repeat, then parameters, then power limit, then configuration, then loader
+    (so an interrupted study has whole repeats, and own and shared loaders run one after the
+    other). ``method: random`` shuffles the same list with
     ``seed`` (default 0): the same file gives the same order on every run.
     """
     combos = list(product(*[[(flag, v) for v in values] for flag, values in study.parameters]))
     items = [
-        (list(combo), configuration, cap, repeat)
+        (list(combo), configuration, cap, repeat, loader)
         for repeat in range(1, study.repeats + 1)
         for combo in combos
         for cap in study.power_limits_w
         for configuration in study.configurations
+        for loader in study.loaders
     ]
     if study.method == "random":
         random.Random(study.seed).shuffle(items)
     workloads = []
-    for index, (params, configuration, cap, repeat) in enumerate(items, start=1):
+    for index, (params, configuration, cap, repeat, loader) in enumerate(items, start=1):
         segments = [f"{index:03}"]
         if "collocation" in study.extended:
             segments.append(configuration.slug)
         if "power_limit" in study.extended:
             segments.append("default" if cap is None else f"{cap:g}w")
+        if "loader" in study.extended:
+            segments.append(loader)
         if study.repeats > 1:
             segments.append(f"r{repeat}")
         workloads.append(
@@ -606,8 +673,9 @@ def expand(study: Study) -> list[StudyWorkload]:
                 power_limit_w=cap,
                 repeat=repeat,
                 job=default_job(study, params),
-                descriptor=descriptor(study, params, configuration, cap, repeat),
+                descriptor=descriptor(study, params, configuration, cap, repeat, loader),
                 name="-".join(segments),
+                loader=loader,
             )
         )
     return workloads

@@ -36,6 +36,7 @@ from radt.plans.runner import (
 )
 from radt.plans.scanner import physical_lines, read_text, scan
 from radt.plans.study import (
+    SHARED_LOADER_FLAG,
     Progress,
     Study,
     StudyError,
@@ -61,6 +62,8 @@ PLAN_COLUMNS = (
     "PowerLimit",
     "Job",
 )
+LOADER_COLUMNS = (*PLAN_COLUMNS, "Role")
+"""The plan's columns when the study has a ``loader:`` dimension."""
 
 
 @dataclass
@@ -266,16 +269,50 @@ def plan_rows(
     sizes: dict[tuple[str, str], int],
     old_runs: dict[tuple[str, int], tuple[str, str]],
 ) -> list[dict[str, str]]:
-    """The plan's rows: one per run of every workload, with the study's progress."""
+    """The plan's rows: one per run of every workload, with the study's progress.
+
+    A workload with a shared loader starts with its loader row (``Role`` = loader, the
+    study's ``loader_file``, no share of the GPU and no power limit; ``naive`` beside naive
+    trainings, else ``-``), and its trainings get ``--shared-loader`` before their params,
+    as in examples/shared_loader.csv.
+    """
     rows = []
     for workload in workloads:
         entry = progress.get(workload.descriptor)
         status = entry.status if entry is not None else ""
+        shared = workload.loader == "shared"
+        cells: list[dict[str, str]] = []
+        if shared:
+            mode = workload.configuration.mode
+            cells.append(
+                {
+                    "Collocation": "naive" if mode == "naive" else "-",
+                    "File": study.loader_file or "-",
+                    "Params": "-",
+                    "PowerLimit": "-",
+                    "Job": "-",
+                    "Role": "loader",
+                }
+            )
         for position, run in enumerate(workload.configuration.runs):
-            params = list(workload.argv_params)
+            params = [SHARED_LOADER_FLAG] if shared else []
+            params += workload.argv_params
             size = sizes.get((workload.job, batch.slot_key(workload.configuration, position)))
             if study.batch is not None and size is not None:
                 params += [study.batch.flag, str(size)]
+            cells.append(
+                {
+                    "Collocation": run.label,
+                    "File": study.file,
+                    "Params": shlex.join(params) if params else "-",
+                    "PowerLimit": "-"
+                    if workload.power_limit_w is None
+                    else f"{workload.power_limit_w:g}",
+                    "Job": workload.job,
+                    "Role": "-",
+                }
+            )
+        for position, row in enumerate(cells):
             old_status, old_run = old_runs.get((workload.name, position), ("", ""))
             rows.append(
                 {
@@ -284,14 +321,8 @@ def plan_rows(
                     "Status": status,
                     "Run": old_run if status and old_status == status else "",
                     "Devices": study.devices or "-",
-                    "Collocation": run.label,
-                    "File": study.file,
                     "Listeners": study.listeners or "-",
-                    "Params": shlex.join(params) if params else "-",
-                    "PowerLimit": "-"
-                    if workload.power_limit_w is None
-                    else f"{workload.power_limit_w:g}",
-                    "Job": workload.job,
+                    **row,
                 }
             )
     return rows
@@ -309,9 +340,10 @@ def plan_text(study: Study, rows: list[dict[str, str]], searched: bool) -> str:
             f"# {study.batch.flag} is added to each row once its slot's largest batch size is "
             "found (when the study runs)."
         )
-    lines.append(", ".join(PLAN_COLUMNS))
+    columns = LOADER_COLUMNS if "loader" in study.extended else PLAN_COLUMNS
+    lines.append(", ".join(columns))
     for row in rows:
-        lines.append(", ".join(_quote(row[column]) for column in PLAN_COLUMNS))
+        lines.append(", ".join(_quote(row[column]) for column in columns))
     return "\n".join(lines) + "\n"
 
 
@@ -368,7 +400,8 @@ def report(
     combos = 1
     for _flag, values in study.parameters:
         combos *= len(values)
-    runs = sum(len(w.configuration.runs) for w in workloads)
+    runs = sum(len(w.configuration.runs) + (w.loader == "shared") for w in workloads)
+    loaders = "loader" in study.extended
     caps = ", ".join("default" if w is None else f"{w:g} W" for w in study.power_limits_w)
 
     def n(count: int, word: str) -> str:
@@ -377,12 +410,20 @@ def report(
     out = [
         f"study {study.name} ({study.path}): {n(len(workloads), 'workload')}, {n(runs, 'run')}"
         f" = {n(combos, 'parameter combination')} x {n(len(study.configurations), 'configuration')}"
-        f" x {n(len(study.power_limits_w), 'power limit')} x {n(study.repeats, 'repeat')}"
+        f" x {n(len(study.power_limits_w), 'power limit')}"
+        + (f" x {n(len(study.loaders), 'loader')}" if loaders else "")
+        + f" x {n(study.repeats, 'repeat')}"
         f" ({study.method} order{', seed ' + str(study.seed) if study.method == 'random' else ''})",
         f"experiment: {study.experiment}; command: {study.file}",
         "configurations: " + ", ".join(c.label for c in study.configurations),
         f"power limits: {caps}",
     ]
+    if loaders:
+        out.append(
+            "loaders: "
+            + ", ".join(study.loaders)
+            + (f"; shared loader: {study.loader_file}" if study.loader_file else "")
+        )
     if study.parameters:
         out.append(
             "parameters: "
@@ -407,6 +448,8 @@ def report(
     done = sum(1 for w in workloads if _status(w, progress) == FINISHED)
     out.append(f"progress: {done} of {len(workloads)} finished; plan: {plan_path}")
     header = ("#", "workload", "configuration", "runs", "power", "repeat", "params", "status")
+    if loaders:
+        header = (*header[:4], "loader", *header[4:])
     table = [header]
     for w in workloads:
         status = _status(w, progress) or (
@@ -417,7 +460,8 @@ def report(
                 str(w.index),
                 w.name,
                 w.configuration.label,
-                str(len(w.configuration.runs)),
+                str(len(w.configuration.runs) + (w.loader == "shared")),
+                *([w.loader] if loaders else []),
                 "default" if w.power_limit_w is None else f"{w.power_limit_w:g} W",
                 str(w.repeat),
                 w.params_text or "-",

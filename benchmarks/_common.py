@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import json
 import os
 import platform
 import shutil
@@ -40,6 +41,19 @@ T = TypeVar("T")
 def python_bin() -> str:
     """The real interpreter (not a pyenv shim, which adds ~0.3 s to every start)."""
     return sys.executable
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without radT's and MLflow's variables (no run to report to)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("RADT_", "MLFLOW_"))}
+
+
+def python_json(script: str, *args: str, env: dict[str, str]) -> dict:
+    """Run ``python -c script args`` and return the JSON object on its last line of output."""
+    done = subprocess.run(
+        [python_bin(), "-c", script, *args], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def radt_bin() -> str:

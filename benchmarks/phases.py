@@ -26,7 +26,6 @@ loop, every step included. Conditions run interleaved, round after round; median
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -35,8 +34,10 @@ from _common import (
     REPO,
     arguments,
     base_env,
+    clean_env,
     median,
     python_bin,
+    python_json,
     radt_bin,
     results,
     rotated,
@@ -148,19 +149,8 @@ TRAINING = {
 }
 
 
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("RADT_", "MLFLOW_"))}
-
-
 def blocks(calls: int, mode: str, env: dict[str, str]) -> dict:
-    done = subprocess.run(
-        [python_bin(), "-c", BLOCKS, str(calls), mode],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return python_json(BLOCKS, str(calls), mode, env=env)
 
 
 def drained(calls: int, mode: str) -> dict:

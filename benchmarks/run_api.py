@@ -19,13 +19,12 @@ interleaved, round after round; figures are medians over rounds.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 import uuid
 
-from _common import arguments, median, python_bin, results, rotated
+from _common import arguments, clean_env, median, python_bin, python_json, results, rotated
 
 MEASURE = r"""
 import json, sys, time
@@ -58,19 +57,8 @@ print(json.dumps({"records": receiver.records}), flush=True)
 """
 
 
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("RADT_", "MLFLOW_"))}
-
-
 def measure(calls: int, mode: str, env: dict[str, str]) -> dict:
-    done = subprocess.run(
-        [python_bin(), "-c", MEASURE, str(calls), mode],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return python_json(MEASURE, str(calls), mode, env=env)
 
 
 def drained(calls: int) -> dict:

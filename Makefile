@@ -23,7 +23,7 @@ lint:
 	$(PYTHON) -m ruff format --check radt listeners frontend
 
 test: install-test lint
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q --durations=15
 
 bench: install
 	$(PYTHON) benchmarks/overhead.py

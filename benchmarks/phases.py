@@ -120,7 +120,7 @@ torch.manual_seed(0)
 steps, batch = int(os.environ["STEPS"]), 64
 images, labels = synthetic_cifar(steps * batch, 0)
 model = small_cnn()
-optimiser = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+optimiser = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 loss_fn = nn.CrossEntropyLoss()
 phase = radt.phase if os.environ["PHASES"] == "1" else (lambda name: contextlib.nullcontext())
 began, cpu = time.perf_counter(), time.process_time()

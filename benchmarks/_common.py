@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -54,6 +55,29 @@ def python_json(script: str, *args: str, env: dict[str, str]) -> dict:
         [python_bin(), "-c", script, *args], env=env, capture_output=True, text=True, check=True
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def with_receiver(receiver: str, measure: Callable[[dict[str, str]], dict]) -> tuple[dict, dict]:
+    """Run ``measure(env)`` while the script ``receiver`` takes radT's events.
+
+    ``receiver`` (run as ``python -c receiver NAME``) opens radT's event socket under
+    ``NAME``, prints its ``RADT_EVENTS`` value, reads standard input to its end, then prints
+    a JSON object. ``env`` is :func:`clean_env` with that ``RADT_EVENTS``. Returns
+    ``measure``'s result and the receiver's JSON.
+    """
+    process = subprocess.Popen(
+        [python_bin(), "-c", receiver, f"bench-{uuid.uuid4().hex}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stdin is not None
+    variable = process.stdout.readline().strip()
+    try:
+        result = measure({**clean_env(), "RADT_EVENTS": variable})
+    finally:
+        out, _ = process.communicate("")
+    return result, json.loads(out.strip().splitlines()[-1])
 
 
 def radt_bin() -> str:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 
 from _common import (
     REPO,
@@ -36,7 +35,6 @@ from _common import (
     base_env,
     clean_env,
     median,
-    python_bin,
     python_json,
     radt_bin,
     results,
@@ -45,6 +43,7 @@ from _common import (
     spread,
     sqlite_store,
     table,
+    with_receiver,
 )
 
 BLOCKS = r"""
@@ -154,20 +153,8 @@ def blocks(calls: int, mode: str, env: dict[str, str]) -> dict:
 
 
 def drained(calls: int, mode: str) -> dict:
-    receiver = subprocess.Popen(
-        [python_bin(), "-c", RECEIVER, f"bench-{uuid.uuid4().hex}"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert receiver.stdout is not None and receiver.stdin is not None
-    variable = receiver.stdout.readline().strip()
-    try:
-        result = blocks(calls, mode, {**clean_env(), "RADT_EVENTS": variable})
-    finally:
-        out, _ = receiver.communicate("")
-    result.update(json.loads(out.strip().splitlines()[-1]))
-    return result
+    result, received = with_receiver(RECEIVER, lambda env: blocks(calls, mode, env))
+    return {**result, **received}
 
 
 def paced(rate: int, seconds: float) -> dict:

@@ -18,13 +18,19 @@ interleaved, round after round; figures are medians over rounds.
 
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
 import sys
 import uuid
 
-from _common import arguments, clean_env, median, python_bin, python_json, results, rotated
+from _common import (
+    arguments,
+    clean_env,
+    median,
+    python_json,
+    results,
+    rotated,
+    with_receiver,
+)
 
 MEASURE = r"""
 import json, sys, time
@@ -62,20 +68,8 @@ def measure(calls: int, mode: str, env: dict[str, str]) -> dict:
 
 
 def drained(calls: int) -> dict:
-    receiver = subprocess.Popen(
-        [python_bin(), "-c", RECEIVER, f"bench-{uuid.uuid4().hex}"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert receiver.stdout is not None and receiver.stdin is not None
-    variable = receiver.stdout.readline().strip()
-    try:
-        result = measure(calls, "radt", {**clean_env(), "RADT_EVENTS": variable})
-    finally:
-        out, _ = receiver.communicate("")
-    result["records"] = json.loads(out.strip().splitlines()[-1])["records"]
-    return result
+    result, received = with_receiver(RECEIVER, lambda env: measure(calls, "radt", env))
+    return {**result, "records": received["records"]}
 
 
 def never_drained(calls: int) -> dict:

@@ -220,10 +220,8 @@ def test_key_and_time_filters_return_exactly_the_rows_of_a_full_read(artifact, k
     assert got.schema.field("key").type == pa.dictionary(pa.int32(), pa.string())
 
 
-def test_one_key_reads_only_its_row_groups(tmp_path, monkeypatch):
-    table = spool_table(60_000, seed=5)
-    path = tmp_path / "s.parquet"
-    write_samples(table, path, row_group_rows=2048)
+def row_groups_read(monkeypatch) -> list[int]:
+    """The row groups every ParquetFile reads from now on; reading a whole file fails the test."""
     groups_read: list[int] = []
     original = pq.ParquetFile.read_row_groups
 
@@ -233,6 +231,14 @@ def test_one_key_reads_only_its_row_groups(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pq.ParquetFile, "read_row_groups", spy)
     monkeypatch.setattr(pq.ParquetFile, "read", lambda *a, **k: pytest.fail("read the whole file"))
+    return groups_read
+
+
+def test_one_key_reads_only_its_row_groups(tmp_path, monkeypatch):
+    table = spool_table(60_000, seed=5)
+    path = tmp_path / "s.parquet"
+    write_samples(table, path, row_group_rows=2048)
+    groups_read = row_groups_read(monkeypatch)
     artifact = Artifact(path)
     (entry,) = [e for e in artifact.index if e.key == "dcgm/gpu1/util_pct"]
     first_group = entry.first_row // 2048
@@ -605,15 +611,7 @@ def test_summary_figures_read_a_piece_at_a_time_equal_those_of_the_whole_run(tmp
     whole = read_samples(path, KeyFilter(None)).to_pandas()
     expected_series, expected_timeline = device_series(whole), timeline(whole, tags)
 
-    groups_read: list[int] = []
-    original = pq.ParquetFile.read_row_groups
-
-    def spy(self, row_groups, *args, **kwargs):
-        groups_read.extend(row_groups)
-        return original(self, row_groups, *args, **kwargs)
-
-    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", spy)
-    monkeypatch.setattr(pq.ParquetFile, "read", lambda *a, **k: pytest.fail("read the whole file"))
+    groups_read = row_groups_read(monkeypatch)
     pieces = list(file_pieces(path, KeyFilter(SUMMARY_KEYS), max_rows=700))
     assert len(pieces) > 10
     series, got_timeline = run_series(iter(pieces), tags)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from test_windows import row_of, script
 
 from radt.analysis.attribution import (
     ATTRIBUTION_COLUMNS,
@@ -246,13 +247,6 @@ def rapl(first, last, package_w=40.0, dram_w=5.0, core_w=30.0):
     return out
 
 
-def script(first, last, rate, epochs, count0=64, every=0.5):
-    """What the run-API channel leaves: counter samples (also at each epoch end)."""
-    times = sorted(set(np.round(np.arange(first, last + every / 2, every), 9)) | set(epochs))
-    samples = [(t, "script/run/examples", count0 + rate * (t - first)) for t in times]
-    return samples + [(t, "script/run/epoch", float(e)) for e, t in enumerate(epochs)]
-
-
 class Study:
     """Runs recorded with timestamps counted from ``base`` (epoch seconds)."""
 
@@ -412,12 +406,6 @@ def study(tmp_path_factory, template_db):
         s, ids = build(client, uri)
         frame = summary("attribution", tracking_uri=uri)
         yield uri, s, ids, frame
-
-
-def row_of(frame, run_id):
-    rows = frame[frame["run_id"] == run_id]
-    assert len(rows) == 1
-    return rows.iloc[0]
 
 
 def test_columns_are_the_summarys_and_kept_apart_from_the_measured_ones(study):

@@ -1,4 +1,5 @@
-"""Which physical GPUs a run uses: ``--devices``, else ``CUDA_VISIBLE_DEVICES``, else all.
+"""Which physical GPUs a run uses: ``--devices``, else ``CUDA_VISIBLE_DEVICES`` (inside a Slurm
+job without it, ``SLURM_JOB_GPUS``), else all.
 
 Entries may be indices (``0``), GPU UUIDs (``GPU-…``, or a unique prefix) or
 MIG UUIDs (``MIG-…`` in the modern form, ``MIG-GPU-<uuid>/<gi>/<ci>`` in the
@@ -9,24 +10,22 @@ number them by PCI bus, so UUIDs are the unambiguous choice.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from radt.gpus import GpuListing as Gpu
 from radt.gpus import MigDevice, parse_list
+from radt.slurm.jobenv import job_gpus
 
 parse_nvidia_smi_l = parse_list
 """Parse ``nvidia-smi -L`` output, modern and R450 MIG formats alike."""
 
 
 def requested(devices: Sequence[str]) -> list[str]:
-    """The run's device entries: ``devices`` if given, else ``CUDA_VISIBLE_DEVICES``."""
+    """The run's device entries: ``devices`` if given, else the GPUs of its Slurm job or
+    ``CUDA_VISIBLE_DEVICES``."""
     if devices:
         return [d.strip() for d in devices if d.strip()]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return []
-    return [d.strip() for d in visible.split(",") if d.strip()]
+    return job_gpus()
 
 
 def resolve(entries: Sequence[str], gpus: Sequence[Gpu]) -> list[Gpu]:

@@ -24,6 +24,7 @@ from radt.record.runfolder import RunFolder, RunState, check_runs_root, runs_roo
 from radt.record.sampler import Sampler
 from radt.record.spool import SpoolWriter
 from radt.record.writer import BatchWriter
+from radt.slurm.jobenv import job_tags
 from radt.tracking import reason, store_error
 
 
@@ -62,6 +63,7 @@ class RecordedRun:
     ) -> None:
         from mlflow.entities import Param
 
+        tags = {**job_tags(), **tags}
         if parent_run_id:
             tags = {**tags, "mlflow.parentRunId": parent_run_id}
         check_runs_root()

@@ -1,0 +1,1 @@
+"""Studies and plans across a Slurm cluster: one workload, one Slurm job."""

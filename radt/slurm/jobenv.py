@@ -1,0 +1,48 @@
+"""What a process inside a Slurm job knows of its job: the ``radt.slurm.*`` tags and its GPUs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+# Tag name -> the Slurm output environment variables it is read from (first one set wins).
+TAG_VARIABLES = {
+    "radt.slurm.job_id": ("SLURM_JOB_ID", "SLURM_JOBID"),
+    "radt.slurm.array_job_id": ("SLURM_ARRAY_JOB_ID",),
+    "radt.slurm.array_task_id": ("SLURM_ARRAY_TASK_ID",),
+    "radt.slurm.node": ("SLURMD_NODENAME",),
+    "radt.slurm.partition": ("SLURM_JOB_PARTITION",),
+    "radt.slurm.gpus": ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES"),
+}
+
+
+def in_job(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process runs inside a Slurm job (``SLURM_JOB_ID`` is set)."""
+    environ = os.environ if environ is None else environ
+    return bool(environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"))
+
+
+def job_tags(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``radt.slurm.*`` tags of a run inside a Slurm job; empty outside one.
+
+    A tag whose variable Slurm did not set (no array, no GPUs) is left out.
+    """
+    environ = os.environ if environ is None else environ
+    if not in_job(environ):
+        return {}
+    tags = {}
+    for tag, names in TAG_VARIABLES.items():
+        value = next((environ[name] for name in names if environ.get(name)), None)
+        if value is not None:
+            tags[tag] = value
+    return tags
+
+
+def job_gpus(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The GPUs a Slurm job was given, as CUDA names them: ``CUDA_VISIBLE_DEVICES``,
+    else ``SLURM_JOB_GPUS`` inside a job; empty when neither says."""
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None and in_job(environ):
+        visible = environ.get("SLURM_JOB_GPUS") or environ.get("SLURM_STEP_GPUS")
+    return [d.strip() for d in (visible or "").split(",") if d.strip()]

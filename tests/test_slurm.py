@@ -1,0 +1,115 @@
+"""radT on a real single-node Slurm (tests/slurmcluster.py): runs know their job; studies as jobs.
+
+The module starts munged, slurmctld and slurmd once (four fake MIG-typed GPUs)
+and skips when Slurm is not installed, unless ``CI`` is set: CI installs it
+(`.ci/run`), and there that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from conftest import FAKES, Workspace, default_signals
+from slurmcluster import SlurmCluster, missing_reason
+
+pytestmark = pytest.mark.slurm
+
+SLEEPER = "import sys, time\ntime.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 2)\n"
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[SlurmCluster]:
+    reason = missing_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm tests: {reason}")
+        pytest.skip(reason)
+    with SlurmCluster(gpus=4) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def ws(workspace: Workspace, slurm: SlurmCluster) -> Iterator[Workspace]:
+    """A workspace whose radT and Slurm commands talk to the test cluster; no job outlives it."""
+    workspace.env.update(slurm.client_env())
+    for name in [n for n in workspace.env if n.startswith("SLURM_") and n != "SLURM_CONF"]:
+        del workspace.env[name]
+    yield workspace
+    slurm.cancel_all()
+
+
+def slurm_run(ws: Workspace, argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        argv,
+        cwd=ws.root,
+        env=ws.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=default_signals,
+    )
+
+
+def test_srun_radt_tags_the_run_with_its_job(ws, slurm):
+    ws.script("sleeper.py", SLEEPER)
+    done = slurm_run(
+        ws, ["srun", "-n1", "-J", "tagged", *ws.argv(["-l", "none", "sleeper.py", "0.5"])]
+    )
+    assert done.returncode == 0, done.stderr
+    run = ws.only_run()
+    jobs = slurm.command(["scontrol", "show", "job", "-o"]).stdout.splitlines()
+    (line,) = [j for j in jobs if "JobName=tagged " in j]
+    job_id = line.split()[0].removeprefix("JobId=")
+    tags = run.data.tags
+    assert tags["radt.slurm.job_id"] == job_id
+    assert tags["radt.slurm.node"] == slurm.node
+    assert tags["radt.slurm.partition"] == "debug"
+    assert "radt.slurm.array_job_id" not in tags
+    assert run.info.status == "FINISHED"
+
+
+def test_a_run_outside_slurm_has_no_slurm_tags(ws):
+    ws.script("sleeper.py", SLEEPER)
+    done = ws.run(["-l", "none", "sleeper.py", "0.1"])
+    assert done.returncode == 0, done.stderr
+    assert not [t for t in ws.only_run().data.tags if t.startswith("radt.slurm.")]
+
+
+def test_gres_give_each_job_its_own_gpu_and_its_listeners_record_only_that_one(ws, slurm):
+    ws.script("sleeper.py", SLEEPER)
+    ws.env["PATH"] = f"{FAKES}{os.pathsep}{ws.env['PATH']}"
+    ws.env["FAKE_NVIDIA_SMI_GPUS"] = "4"
+    ws.env.pop("CUDA_VISIBLE_DEVICES", None)
+    radt = " ".join(ws.argv(["-l", "smi", "--interval", "0.2", "sleeper.py", "3"]))
+    for i in range(2):
+        done = slurm_run(
+            ws, ["sbatch", "--parsable", "--gres=gpu:1", "-o", f"job{i}.out", "--wrap", radt]
+        )
+        assert done.returncode == 0, done.stderr
+    slurm.wait_idle(timeout_s=180)
+    runs = ws.runs()
+    assert len(runs) == 2, [(ws.root / f"job{i}.out").read_text() for i in range(2)]
+    gpus = []
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        recorded = {k.split("/")[2] for k in run.data.metrics if k.startswith("system/smi/")}
+        assert recorded == {f"gpu{run.data.tags['radt.slurm.gpus']}"}
+        gpus.append(run.data.tags["radt.slurm.gpus"])
+    assert len(set(gpus)) == 2  # ran at once: Slurm gave them different GPUs
+
+
+def test_slurm_job_gpus_stand_in_for_cuda_visible_devices():
+    from radt.slurm.jobenv import job_gpus, job_tags
+
+    in_job = {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "2,3", "SLURM_ARRAY_TASK_ID": "1"}
+    assert job_gpus(in_job) == ["2", "3"]
+    assert job_gpus({**in_job, "CUDA_VISIBLE_DEVICES": "0"}) == ["0"]
+    assert job_gpus({"SLURM_JOB_GPUS": "2"}) == []  # not inside a job
+    assert job_tags(in_job) == {
+        "radt.slurm.job_id": "7",
+        "radt.slurm.array_task_id": "1",
+        "radt.slurm.gpus": "2,3",
+    }

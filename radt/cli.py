@@ -147,6 +147,27 @@ def launcher_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="plans: how long a workload's shared loader may take to listen (default 300)",
     )
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="plans and studies: every workload a Slurm job (one job array); waits, showing "
+        "progress, and writes the statuses back",
+    )
+    parser.add_argument(
+        "--slurm-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --slurm: overrides the study's slurm: block, e.g. partition=gpu, "
+        "time=02:00:00, max_parallel=4; repeatable",
+    )
+    parser.add_argument(
+        "--detach",
+        action="store_true",
+        help="with --slurm: submit and return; the same command again shows where they stand",
+    )
+    # On the node: the workload of this array task (written by the submitting radT).
+    parser.add_argument("--slurm-task", metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--version", action="store_true", help="print radT's version")
     return parser
 
@@ -278,6 +299,42 @@ def parse_modes(text: str | None) -> set[str] | None:
     return modes
 
 
+SUBMIT_ONLY = {"--slurm": 0, "--detach": 0, "--rerun": 0, "--rerun-all": 0, "--dry-run": 0}
+SUBMIT_ONLY.update({"--slurm-option": 1, "--modes": 1, "--plan": 1})
+
+
+def node_args(own: list[str]) -> list[str]:
+    """radT's options for the radT on a Slurm node: those of the submitting command, less the
+    ones that only concern submitting (``--slurm``, ``--detach``, ``--rerun``, …)."""
+    kept, skip = [], 0
+    for arg in own:
+        if skip:
+            skip -= 1
+            continue
+        name = arg.split("=", 1)[0]
+        if name in SUBMIT_ONLY:
+            skip = SUBMIT_ONLY[name] if "=" not in arg else 0
+            continue
+        kept.append(arg)
+    return kept
+
+
+def slurm_request(args: argparse.Namespace, own: list[str]):
+    """What ``--slurm`` and its options ask for, or None without ``--slurm``."""
+    if not args.slurm:
+        if args.slurm_option or args.detach:
+            raise UsageError("--slurm-option and --detach go with --slurm: radt STUDY.yaml --slurm")
+        return None
+    from radt.slurm.dispatch import SlurmRequest
+
+    return SlurmRequest(
+        overrides=parse_pairs(args.slurm_option, "--slurm-option"),
+        detach=args.detach,
+        dry_run=args.dry_run,
+        node_args=node_args(own),
+    )
+
+
 def run_launcher(argv: list[str]) -> int:
     """``radt [options] COMMAND...``."""
     parser = launcher_parser()
@@ -285,7 +342,8 @@ def run_launcher(argv: list[str]) -> int:
     if command and command[0].lower().endswith(PLAN_SUFFIXES):
         # a plan or study takes radT's options after it too: radt study.yaml --dry-run
         own, command = own + command[1:], command[:1]
-    args = parser.parse_args(_join_flag_values(own, ("--job-ignore",)))
+    own = _join_flag_values(own, ("--job-ignore",))
+    args = parser.parse_args(own)
     if args.version:
         from radt import __version__
 
@@ -300,9 +358,13 @@ def run_launcher(argv: list[str]) -> int:
     from radt.launch.launcher import LaunchOptions, launch
 
     study = command[0].lower().endswith((".yaml", ".yml")) and len(command) == 1
-    if not study and (args.dry_run or args.plan):
+    plan = command[0].endswith(".csv") and len(command) == 1
+    slurm = slurm_request(args, own)
+    if slurm is not None and not (plan or study):
+        raise UsageError("--slurm runs plans and studies; inside a job: srun radt COMMAND")
+    if not study and (args.plan or (args.dry_run and slurm is None)):
         raise UsageError("--dry-run and --plan are for studies: radt STUDY.yaml --dry-run")
-    if (command[0].endswith(".csv") and len(command) == 1) or study:
+    if plan or study:
         if inputs.job is not None:
             raise UsageError(
                 "--job names a single command's Job; in a plan, use the Job column"
@@ -332,7 +394,12 @@ def run_launcher(argv: list[str]) -> int:
             job=inputs,
             workdir=check_mode(args.workdir),
             loader_timeout_s=args.loader_timeout,
+            slurm=slurm,
         )
+        if args.slurm_task:
+            from radt.slurm.node import run_task
+
+            return run_task(Path(args.slurm_task), options)
         if study:
             from radt.plans.studyrun import StudyOptions, run_study
 

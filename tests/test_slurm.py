@@ -113,3 +113,88 @@ def test_slurm_job_gpus_stand_in_for_cuda_visible_devices():
         "radt.slurm.array_task_id": "1",
         "radt.slurm.gpus": "2,3",
     }
+
+
+# --------------------------------------------------------------------------- studies and plans
+
+WORK = r"""
+import argparse, os, sys, time
+parser = argparse.ArgumentParser()
+parser.add_argument("--seconds", type=float, default=1)
+parser.add_argument("--fail", type=int, default=0)
+args = parser.parse_args()
+if args.fail and not os.path.exists("healed"):
+    print("ValueError: the data folder is missing", flush=True)
+    sys.exit(3)
+time.sleep(args.seconds)
+"""
+
+STUDY = """\
+name: cluster
+experiment: cluster
+file: work.py
+listeners: none
+parameters:
+  seconds:
+    values: [{values}]
+slurm:
+  max_parallel: 2
+{more}"""
+
+
+def study(ws: Workspace, values: str = "1, 1.5, 2, 2.5", more: str = "") -> str:
+    ws.script("work.py", WORK)
+    ws.script("study.yaml", STUDY.format(values=values, more=more))
+    return "study.yaml"
+
+
+def workload_runs(ws: Workspace, experiment: str = "cluster") -> list:
+    return [r for r in ws.runs(experiment) if "radt.plan_line" in r.data.tags]
+
+
+def status_block(ws: Workspace) -> dict[int, str]:
+    import yaml
+
+    return yaml.safe_load((ws.root / "study.yaml").read_text()).get("status", {})
+
+
+def test_a_study_runs_as_a_throttled_job_array_and_writes_its_status(ws, slurm):
+    done = ws.run([study(ws), "--slurm"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    runs = workload_runs(ws)
+    assert len(runs) == 4
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    jobs = {r.data.tags["radt.slurm.array_task_id"] for r in runs}
+    assert jobs == {"0", "1", "2", "3"}
+    assert len({r.data.tags["radt.slurm.array_job_id"] for r in runs}) == 1
+    assert len({r.data.tags["radt.slurm.job_id"] for r in runs}) == 4
+    # never more than two at once: at every run's start, at most two runs are open
+    spans = [(r.info.start_time, r.info.end_time) for r in runs]
+    for start, _ in spans:
+        assert sum(s <= start < e for s, e in spans) <= 2
+    statuses = status_block(ws)
+    assert len(statuses) == 4
+    assert all(text.startswith("FINISHED ") for text in statuses.values())
+    assert "Slurm job" in done.stderr and "4 finished" in done.stderr
+
+
+def test_a_failed_workload_is_resubmitted_with_rerun_only(ws, slurm):
+    ws.script("work.py", WORK)
+    ws.script("study.yaml", STUDY.format(values="0.5", more="") + "")
+    study_text = (
+        (ws.root / "study.yaml")
+        .read_text()
+        .replace("    values: [0.5]", "    values: [0.5]\n  fail:\n    values: [0, 1]")
+    )
+    (ws.root / "study.yaml").write_text(study_text)
+    done = ws.run(["study.yaml", "--slurm"], timeout=300)
+    assert done.returncode == 1, done.stderr
+    statuses = sorted(t.split()[0] for t in status_block(ws).values())
+    assert statuses == ["FAILED", "FINISHED"]
+    again = ws.run(["study.yaml", "--slurm"], timeout=300)
+    assert "nothing to run" in again.stderr, again.stderr
+    (ws.root / "healed").write_text("")
+    again = ws.run(["study.yaml", "--slurm", "--rerun"], timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert sorted(t.split()[0] for t in status_block(ws).values()) == ["FINISHED", "FINISHED"]
+    assert len(workload_runs(ws)) == 3  # the finished workload was not submitted again

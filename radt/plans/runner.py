@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from radt import collocation
 from radt.errors import RadtError, UsageError
@@ -34,6 +35,9 @@ from radt.plans.read import read_plan
 from radt.plans.workdir import absolute_store, place
 from radt.tracking import experiment_id
 from radt.words import count
+
+if TYPE_CHECKING:
+    from radt.slurm.dispatch import SlurmRequest
 
 COLOURS = ("36", "33", "35", "32", "34", "31")
 LOADER_COLOUR = "90"
@@ -69,6 +73,8 @@ class PlanOptions:
     """Tags for every workload run and run (a batch-size probe's)."""
     loader_timeout_s: float = 300.0
     """How long a workload's shared loader may take to be ready."""
+    slurm: SlurmRequest | None = None
+    """``--slurm``: every workload a Slurm job (:mod:`radt.slurm.dispatch`)."""
 
 
 def run_plan(options: PlanOptions) -> int:
@@ -85,6 +91,17 @@ def run_plan(options: PlanOptions) -> int:
     problems += check_plan(plan, pending, options, found)
     if problems:
         raise UsageError(_report(options.path, problems))
+    if options.slurm is not None:
+        from radt.slurm.dispatch import run_on_slurm
+        from radt.slurm.options import slurm_options
+
+        return run_on_slurm(
+            options.path,
+            lambda fresh: _selected(fresh, options),
+            slurm_options(None, options.slurm.overrides),
+            options.slurm,
+            (None, "", {}) if options.slurm.dry_run else open_store(options.tracking_uri),
+        )
     skipped = _skipped(plan, pending, options)
     if not pending:
         say(f"nothing to run in {options.path}: {skipped}")

@@ -44,7 +44,16 @@ ORIGINAL_KEYS = (
     "status",
     "parent",
 )
-EXTENSION_KEYS = ("power_limit", "repeats", "job", "seed", "batch_size", "loader", "loader_file")
+EXTENSION_KEYS = (
+    "power_limit",
+    "repeats",
+    "job",
+    "seed",
+    "batch_size",
+    "loader",
+    "loader_file",
+    "slurm",
+)
 KEYS = ORIGINAL_KEYS + EXTENSION_KEYS
 BATCH_KEYS = ("search", "flag", "min", "max", "power_of_two", "steps", "max_time")
 METHODS = ("grid", "random")
@@ -132,6 +141,8 @@ class Study:
     """The shared loader's command (a ``Role=loader`` plan row); needed with ``shared``."""
     status: dict[int, str] = field(default_factory=dict)
     parent: str | None = None
+    slurm: dict = field(default_factory=dict)
+    """The ``slurm:`` block as written (checked by :mod:`radt.slurm.options` with ``--slurm``)."""
     extended: set[str] = field(default_factory=set)
     """The extension dimensions the file uses (``collocation`` when it is a list)."""
     lines: dict[str, int] = field(default_factory=dict)
@@ -263,10 +274,13 @@ class _Reader:
         loader_file = self.loader_file(loaders)
         status = self.status()
         parent = self.text("parent") or None
+        slurm = data.get("slurm") or {}
+        if not isinstance(slurm, dict):
+            self.problem("slurm", "a mapping of sbatch options, e.g. partition: gpu")
         extended = {
             key
             for key in EXTENSION_KEYS
-            if key in data and key not in ("job", "seed", "loader_file")
+            if key in data and key not in ("job", "seed", "loader_file", "slurm")
         }
         if isinstance(data.get("collocation"), list):
             extended.add("collocation")
@@ -291,6 +305,7 @@ class _Reader:
             loader_file=loader_file,
             status=status,
             parent=parent,
+            slurm=slurm if isinstance(slurm, dict) else {},
             extended=extended,
             lines=self.lines,
         )

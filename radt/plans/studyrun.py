@@ -510,6 +510,8 @@ def run_study(options: StudyOptions) -> int:
         text = report(study, workloads, progress, plan_path, checked, options.plan.modes)
         try:
             print(text, flush=True)
+            if options.plan.slurm is not None:
+                _Run(study, workloads, plan_path, options, found, progress).on_slurm((None, "", {}))
         except BrokenPipeError:  # `radt study.yaml --dry-run | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -543,6 +545,11 @@ class _Run:
             )
             return 0
         problems = check_plan(plan, pending, self.options, self.found)
+        if self.options.slurm is not None and self.study.batch is not None:
+            problems.append(
+                f"{self.study.path}: batch_size: the batch-size search runs on one GPU; run it "
+                "without --slurm first (its sizes are kept), then the study with --slurm"
+            )
         if problems:
             raise StudyError(self.plan_path, problems)
         store = open_store(self.options.tracking_uri)
@@ -550,6 +557,8 @@ class _Run:
         self.experiment_id = experiment_id(client, self.study.experiment)
         self.run_id = self._study_run(client)
         write_progress(self.study.path, self.run_id, self.status, say)
+        if self.options.slurm is not None:
+            return self.on_slurm(store, client)
         status, code = "FAILED", 1
         try:
             plan = self._batch_sizes(store, plan)
@@ -567,6 +576,27 @@ class _Run:
             raise
         finally:
             self._close(client, status)
+        return code
+
+    def on_slurm(self, store: tuple, client=None) -> int:
+        """Every pending workload a Slurm job nested under the study run; ``status:`` follows."""
+        from radt.slurm.dispatch import run_on_slurm
+        from radt.slurm.options import slurm_options
+
+        request = self.options.slurm
+        slurm = slurm_options(self.study.slurm, request.overrides, f"{self.study.path}: slurm:")
+        code = run_on_slurm(
+            self.plan_path,
+            self.pending,
+            slurm,
+            request,
+            store,
+            parent_run_id=getattr(self, "run_id", None),
+            tags={"radt.study": self.study.name},
+            record=self._record_status,
+        )
+        if client is not None and not request.detach and code != 130:
+            self._close(client, self._outcome())
         return code
 
     def _study_run(self, client) -> str:
@@ -619,12 +649,27 @@ class _Run:
             self.interrupted = True
         if workload is None:
             return
-        status = runner.workload.status or "KILLED"
+        self._record_status(workload.name, runner.workload.status or "KILLED", runner.parent.run_id)
+
+    def _record_status(self, name: str, status: str, run_id: str) -> None:
+        """A workload's status and run (or ``slurm:<job>``) into the study file's ``status:``."""
+        workload = self.by_name.get(name)
+        if workload is None:
+            return
+        if not status:  # never ran (a job cancelled while pending): no entry, it runs again
+            entry = self.progress.pop(workload.descriptor, None)
+            if entry is not None:
+                self.status.pop(entry.number, None)
+                self._write_status()
+            return
         entry = self.progress.get(workload.descriptor)
         number = entry.number if entry is not None else max(self.status, default=0) + 1
-        new = Progress(number, status, runner.parent.run_id, workload.descriptor)
+        new = Progress(number, status, run_id, workload.descriptor)
         self.progress[workload.descriptor] = new
         self.status[number] = new.text
+        self._write_status()
+
+    def _write_status(self) -> None:
         try:
             write_progress(self.study.path, self.run_id, self.status, say)
         except Exception as exc:  # a study file made unreadable meanwhile: the plan still has it

@@ -1,0 +1,453 @@
+"""A plan's workloads as Slurm job arrays: submit, wait, and write each workload's end back.
+
+One workload is one array task; on the node the task runs radT's own workload
+runner for that workload (:mod:`radt.slurm.node`). The submitting radT keeps the
+job ids beside the plan (``<plan>.slurm/jobs.json``), writes ``PENDING`` and
+``RUNNING`` statuses as Slurm reports them, and, when a task has ended, reads the
+workload's runs from MLflow (found by their ``radt.slurm.*`` tags) and writes
+their statuses into the plan; Slurm's own endings (TIMEOUT, OUT_OF_MEMORY, …)
+are named on those runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from radt.errors import RadtError, UsageError
+from radt.launch.session import say
+from radt.plans.model import FAILED, FINISHED, Plan, Workload
+from radt.plans.read import read_plan
+from radt.slurm import commands
+from radt.slurm.commands import ENDINGS_KILLED, TaskState
+from radt.slurm.options import SBATCH_FLAGS, SlurmOptions
+from radt.tracking import experiment_id, sqlite_path
+from radt.words import count
+
+POLL_S = 1.0
+Record = Callable[[str, str, str], None]
+"""A study's hook: (workload name, status, run id or ``slurm:<job>``) as each one moves on."""
+
+
+@dataclass
+class SlurmRequest:
+    """What the command line asked of Slurm for one plan or study."""
+
+    overrides: dict[str, str] = field(default_factory=dict)
+    """``--slurm-option KEY=VALUE`` pairs."""
+    detach: bool = False
+    dry_run: bool = False
+    node_args: list[str] = field(default_factory=list)
+    """radT's own options, passed on to the radT on the node."""
+
+
+def folder_of(plan_path: Path) -> Path:
+    """Where the job scripts, task lists, logs and job ids of a plan live."""
+    return plan_path.with_name(plan_path.name + ".slurm")
+
+
+def derived_gres(workload: Workload) -> str | None:
+    """``gpu:N`` for a workload on N GPUs (one when it shares GPU 0); None for CPU only."""
+    devices = {d for row in workload.rows for d in row.devices}
+    if devices:
+        return f"gpu:{len(devices)}"
+    if any(row.collocation.mode != "none" for row in workload.trainings):
+        return "gpu:1"
+    return None
+
+
+def refusals(plan: Plan, pending: list[Workload], slurm: SlurmOptions) -> list[str]:
+    """What Slurm clusters do not allow, one line per workload, before anything is submitted."""
+    problems = []
+    for workload in pending:
+        if not slurm.exclusive and any(r.collocation.mode == "mig" for r in workload.trainings):
+            problems.append(
+                f"{plan.path}: workload {workload.label} re-partitions MIG, which a Slurm job "
+                "may only do with the whole node: set `exclusive: true` under slurm: (the "
+                "node's own check then decides), or run on a MIG GPU type (gres: gpu:3g.40gb:1)"
+            )
+    return problems
+
+
+def store_warning(uri: str) -> str | None:
+    """The one warning for a store that nodes reach only through a shared filesystem."""
+    path = sqlite_path(uri)
+    if path is not None or uri.startswith("file:") or "://" not in uri:
+        where = path if path is not None else uri
+        return (
+            f"the tracking store {where} is a local file: every node must see it at the same "
+            "path on a shared filesystem (an MLflow server is the norm, see docs/deployment.md)"
+        )
+    return None
+
+
+class Dispatch:
+    """Submits, follows and records the workloads of one plan on Slurm."""
+
+    def __init__(
+        self,
+        plan_path: Path,
+        slurm: SlurmOptions,
+        request: SlurmRequest,
+        client,
+        uri: str,
+        *,
+        parent_run_id: str | None = None,
+        tags: dict[str, str] | None = None,
+        record: Record | None = None,
+    ) -> None:
+        self.plan_path = Path(plan_path).resolve()
+        self.slurm = slurm
+        self.request = request
+        self.client = client
+        self.uri = uri
+        self.parent_run_id = parent_run_id
+        self.tags = tags or {}
+        self.record = record
+        self.folder = folder_of(self.plan_path)
+        self.jobs: dict[str, str] = self._load()
+        """Workload label → ``<array job id>_<task>`` of jobs not yet recorded."""
+        self.running: set[str] = set()
+        self.ended: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ job ids
+
+    @property
+    def _jobs_file(self) -> Path:
+        return self.folder / "jobs.json"
+
+    def _load(self) -> dict[str, str]:
+        try:
+            return dict(json.loads(self._jobs_file.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self._jobs_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.jobs, indent=1, sort_keys=True))
+        os.replace(tmp, self._jobs_file)
+
+    def _states(self) -> dict[tuple[str, int], TaskState]:
+        ids = [job.split("_")[0] for job in self.jobs.values()]
+        return commands.states(ids) if ids else {}
+
+    @staticmethod
+    def _key(job: str) -> tuple[str, int]:
+        array_id, _, task = job.partition("_")
+        return array_id, int(task or 0)
+
+    # ------------------------------------------------------------------ the whole flow
+
+    def refresh(self) -> list[str]:
+        """Record the jobs that ended since the last look; return the labels still in Slurm."""
+        known = self._states()
+        plan = read_plan(self.plan_path)
+        active = []
+        for label, job in list(self.jobs.items()):
+            state = known.get(self._key(job))
+            if state is not None and state.active:
+                active.append(label)
+                continue
+            self._finish(plan, label, job, state)
+        return active
+
+    def submit(self, plan: Plan, pending: list[Workload]) -> list[str]:
+        """Submit ``pending`` (one array per set of sbatch options); the sbatch lines when
+        a dry run. On an sbatch failure, cancel what this call submitted and raise."""
+        groups: dict[tuple[str, ...], list[Workload]] = {}
+        for workload in pending:
+            groups.setdefault(tuple(self._sbatch_args(workload)), []).append(workload)
+        lines, submitted = [], []
+        for number, (args, workloads) in enumerate(groups.items()):
+            script = self._write_task_files(number, workloads)
+            array = f"0-{len(workloads) - 1}"
+            if self.slurm.max_parallel:
+                array += f"%{self.slurm.max_parallel}"
+            argv = [
+                f"--job-name=radt-{self.plan_path.stem}",
+                f"--array={array}",
+                f"--output={self.folder / 'logs' / '%A_%a.out'}",
+                f"--chdir={Path.cwd()}",
+                *args,
+                str(script),
+            ]
+            if self.request.dry_run:
+                lines.append(shlex.join(["sbatch", *argv]))
+                continue
+            try:
+                array_id = commands.sbatch(argv)
+            except RadtError:
+                commands.scancel([job.split("_")[0] for job in submitted])
+                for label in [label for label, job in self.jobs.items() if job in submitted]:
+                    del self.jobs[label]
+                self._save()
+                raise
+            for task, workload in enumerate(workloads):
+                job = f"{array_id}_{task}"
+                submitted.append(job)
+                self.jobs[workload.label] = job
+                say(f"workload {workload.label}: Slurm job {job}")
+            self._save()
+            for task, workload in enumerate(workloads):
+                self._write_status(plan, workload, "PENDING", f"slurm:{array_id}_{task}")
+        return lines
+
+    def wait(self) -> int:
+        """Follow the jobs until they end, printing progress; Ctrl-C cancels them."""
+        started = time.monotonic()
+        shown = ""
+        try:
+            while self.jobs:
+                shown = self._look(started, shown)
+                if self.jobs:
+                    time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            return self._cancel(started)
+        return self._code()
+
+    # ------------------------------------------------------------------ waiting
+
+    def _look(self, started: float, shown: str) -> str:
+        known = self._states()
+        plan = read_plan(self.plan_path)
+        pending = running = 0
+        for label, job in list(self.jobs.items()):
+            state = known.get(self._key(job))
+            if state is not None and state.active:
+                if state.state == "PENDING":
+                    pending += 1
+                    continue
+                running += 1
+                if label not in self.running:
+                    self.running.add(label)
+                    workload = self._workload(plan, label)
+                    if workload is not None:
+                        self._write_status(plan, workload, "RUNNING", f"slurm:{job}")
+                continue
+            self._finish(plan, label, job, state)
+        finished = sum(s == FINISHED for s in self.ended.values())
+        line = (
+            f"slurm: {pending} pending, {running} running, {finished} finished, "
+            f"{len(self.ended) - finished} failed or killed"
+        )
+        if line != shown:
+            elapsed = int(time.monotonic() - started)
+            say(f"{line} ({elapsed // 60}:{elapsed % 60:02d} elapsed)")
+        return line
+
+    def _cancel(self, started: float) -> int:
+        jobs = list(self.jobs.values())
+        say(
+            f"interrupted: cancelling {count(len(jobs), 'Slurm job')} ({' '.join(jobs)}); "
+            "Ctrl-C again leaves at once"
+        )
+        commands.scancel(jobs)
+        try:
+            shown = ""
+            while self.jobs:
+                shown = self._look(started, shown)
+                if self.jobs:
+                    time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            say("left at once: the next run of the same command records the cancelled jobs")
+        return 130
+
+    def _code(self) -> int:
+        return 0 if all(s == FINISHED for s in self.ended.values()) else 1
+
+    # ------------------------------------------------------------------ recording
+
+    @staticmethod
+    def _workload(plan: Plan, label: str) -> Workload | None:
+        return next((w for w in plan.workloads if w.label == label), None)
+
+    def _write_status(self, plan: Plan, workload: Workload, status: str, run: str) -> None:
+        plan.record(workload, {row.line: (status, run) for row in workload.rows})
+        if self.record is not None:
+            self.record(workload.name, status, run)
+
+    def _runs(self, workload: Workload, job: str) -> tuple[object | None, dict[int, object]]:
+        """The workload's latest parent run of this job and its runs by plan line."""
+        array_id, task = self._key(job)
+        exp = experiment_id(self.client, workload.experiment)
+        found = self.client.search_runs(
+            [exp],
+            filter_string=(
+                f"tags.`radt.slurm.array_job_id` = '{array_id}' "
+                f"and tags.`radt.slurm.array_task_id` = '{task}'"
+            ),
+            max_results=1000,
+        )
+        parents = [r for r in found if "radt.plan_line" not in r.data.tags]
+        parent = max(parents, key=lambda r: r.info.start_time, default=None)
+        rows: dict[int, object] = {}
+        for run in sorted(found, key=lambda r: r.info.start_time):
+            line = run.data.tags.get("radt.plan_line")
+            belongs = (
+                parent is None or run.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+            )
+            if line is not None and line.isdigit() and belongs:
+                rows[int(line)] = run
+        return parent, rows
+
+    def _name_ending(self, runs: list, state: TaskState, job: str) -> None:
+        """Name Slurm's ending on the runs; close those the ending left RUNNING."""
+        reason = f"Slurm ended job {job}: {state.state}"
+        for run in runs:
+            self.client.set_tag(run.info.run_id, "radt.slurm.state", state.state)
+            self.client.set_tag(run.info.run_id, "radt.stop_reason", reason)
+            if run.info.status == "RUNNING":
+                self.client.set_terminated(run.info.run_id, "KILLED")
+
+    def _finish(self, plan: Plan, label: str, job: str, state: TaskState | None) -> None:
+        """A job that left Slurm's queue: its runs' statuses into the plan, its ending named."""
+        workload = self._workload(plan, label)
+        self.jobs.pop(label, None)
+        self._save()
+        if workload is None:
+            return
+        parent, rows = self._runs(workload, job)
+        runs = [r for r in [parent, *rows.values()] if r is not None]
+        ending = state.state if state is not None else "gone"
+        if state is not None and state.state in ENDINGS_KILLED:
+            self._name_ending(runs, state, job)
+        elif state is None:
+            for run in runs:  # Slurm forgot the job (no accounting) while a run was open
+                if run.info.status == "RUNNING":
+                    self.client.set_tag(
+                        run.info.run_id,
+                        "radt.stop_reason",
+                        f"Slurm no longer knows job {job}; the run never ended",
+                    )
+                    self.client.set_terminated(run.info.run_id, "KILLED")
+        if parent is None:
+            never_ran = state is not None and state.state == "CANCELLED"
+            status = "" if never_ran else ("KILLED" if ending in ENDINGS_KILLED else FAILED)
+            if status == FAILED:
+                log = self.folder / "logs" / f"{job}.out"
+                say(f"workload {label}: Slurm job {job} {ending} before radT started; see {log}")
+            plan.record(workload, {row.line: (status, "") for row in workload.rows})
+            if self.record is not None:
+                self.record(workload.name, status or "", "")
+            self.ended[label] = status or "KILLED"
+            return
+        parent = self.client.get_run(parent.info.run_id)
+        results = {}
+        for row in workload.rows:
+            run = rows.get(row.line)
+            if run is None:
+                results[row.line] = ("KILLED" if ending in ENDINGS_KILLED else FAILED, "")
+            else:
+                run = self.client.get_run(run.info.run_id)
+                results[row.line] = (run.info.status, run.info.run_id)
+        plan.record(workload, results)
+        status = parent.info.status
+        if self.record is not None:
+            self.record(workload.name, status, parent.info.run_id)
+        self.ended[label] = status
+        say(f"workload {label}: {status} (Slurm job {job} {ending})")
+
+    # ------------------------------------------------------------------ job files
+
+    def _sbatch_args(self, workload: Workload) -> list[str]:
+        slurm = self.slurm
+        args = []
+        for key, flag in SBATCH_FLAGS.items():
+            value = getattr(slurm, key)
+            if key == "gres" and value is None:
+                value = derived_gres(workload)
+            if value is not None:
+                args.append(f"{flag}={value}")
+        if slurm.exclusive:
+            args.append("--exclusive")
+        return args + list(slurm.extra)
+
+    def _write_task_files(self, number: int, workloads: list[Workload]) -> Path:
+        (self.folder / "logs").mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        tasks = self.folder / f"tasks-{stamp}-{number}.json"
+        script = self.folder / f"job-{stamp}-{number}.sh"
+        if self.request.dry_run:
+            return script
+        tasks.write_text(
+            json.dumps(
+                {
+                    "plan": str(self.plan_path),
+                    "workloads": [w.label for w in workloads],
+                    "parent_run_id": self.parent_run_id,
+                    "tags": self.tags,
+                },
+                indent=1,
+            )
+        )
+        radt = ["radt"] if self.slurm.setup else [sys.executable, "-m", "radt"]
+        command = [*radt, str(self.plan_path), "--slurm-task", str(tasks), *self.request.node_args]
+        lines = [
+            "#!/bin/bash",
+            f"# radT: task i of this array runs workload i of {tasks.name} in {self.plan_path}",
+            "set -e",
+            *self.slurm.setup,
+            "exec " + shlex.join(command),
+        ]
+        script.write_text("\n".join(lines) + "\n")
+        script.chmod(0o755)
+        return script
+
+
+def run_on_slurm(
+    plan_path: Path,
+    select: Callable[[Plan], list[Workload]],
+    slurm: SlurmOptions,
+    request: SlurmRequest,
+    store: tuple,
+    *,
+    parent_run_id: str | None = None,
+    tags: dict[str, str] | None = None,
+    record: Record | None = None,
+) -> int:
+    """Record what ended, submit what ``select`` picks that is not already in Slurm, and
+    (unless detached) wait for every job; return 0 when all finished, 1 if not, 130 on Ctrl-C."""
+    client, uri, _ = store
+    dispatch = Dispatch(
+        plan_path,
+        slurm,
+        request,
+        client,
+        uri,
+        parent_run_id=parent_run_id,
+        tags=tags,
+        record=record,
+    )
+    active = set(dispatch.refresh()) if not request.dry_run else set(dispatch.jobs)
+    plan = read_plan(dispatch.plan_path)
+    pending = [w for w in select(plan) if w.label not in active]
+    problems = refusals(plan, pending, slurm)
+    if problems:
+        raise UsageError("\n".join(problems))
+    if active:
+        say(f"{count(len(active), 'workload')} already in Slurm, not submitted again")
+    if request.dry_run:
+        for line in dispatch.submit(plan, pending):
+            print(line, flush=True)
+        return 0
+    warning = store_warning(uri)
+    if warning and pending:
+        say(f"warning: {warning}")
+    dispatch.submit(plan, pending)
+    if request.detach:
+        say(
+            f"detached: {count(len(dispatch.jobs), 'workload')} in Slurm; run the same command "
+            "again to see where they stand"
+        )
+        return 0
+    if not dispatch.jobs:
+        say("nothing to run")
+        return 0
+    return dispatch.wait()

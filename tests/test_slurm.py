@@ -198,3 +198,79 @@ def test_a_failed_workload_is_resubmitted_with_rerun_only(ws, slurm):
     assert again.returncode == 0, again.stderr
     assert sorted(t.split()[0] for t in status_block(ws).values()) == ["FINISHED", "FINISHED"]
     assert len(workload_runs(ws)) == 3  # the finished workload was not submitted again
+
+
+def test_an_unknown_partition_is_one_line_and_nothing_is_submitted(ws, slurm):
+    done = ws.run([study(ws), "--slurm", "--slurm-option", "partition=nosuch"], timeout=300)
+    assert done.returncode != 0
+    (line,) = [line for line in done.stderr.splitlines() if "error" in line]
+    # sbatch's own message, after radT's one-line prefix
+    assert line.startswith("radt: error: sbatch refused the job: ")
+    assert "Invalid partition name specified" in line
+    assert "Traceback" not in done.stderr
+    assert slurm.idle()
+    assert not status_block(ws)
+
+
+def test_an_unknown_slurm_option_names_the_known_ones(ws):
+    done = ws.run([study(ws), "--slurm", "--slurm-option", "colour=red"])
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "unknown Slurm option 'colour'" in line and "max_parallel" in line
+
+
+def test_dry_run_prints_the_sbatch_line_and_submits_nothing(ws, slurm):
+    done = ws.run([study(ws), "--slurm", "--dry-run", "--slurm-option", "time=0:10:00"])
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("sbatch ")]
+    assert "--array=0-3%2" in line and "--time=0:10:00" in line
+    assert slurm.idle()
+
+
+def test_a_time_limit_ends_the_workload_killed_with_timeout_named(ws, slurm):
+    more = '  time: "0:00:05"\n'
+    done = ws.run([study(ws, values="90", more=more), "--slurm"], timeout=300)
+    assert done.returncode == 1, done.stderr
+    (run,) = workload_runs(ws)
+    assert run.info.status == "KILLED"
+    assert run.data.tags["radt.slurm.state"] == "TIMEOUT"
+    assert "TIMEOUT" in run.data.tags["radt.stop_reason"]
+    assert "TIMEOUT" in done.stderr
+    (text,) = status_block(ws).values()
+    assert text.startswith("KILLED ")
+
+
+def test_ctrl_c_while_waiting_cancels_the_jobs_and_their_runs_end_killed(ws, slurm):
+    import signal
+
+    from conftest import wait_for
+
+    process = ws.start([study(ws, values="60, 60, 60"), "--slurm"])
+    try:
+        wait_for(lambda: len(workload_runs(ws)) >= 1, timeout=180, interval=0.5)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "cancelling 3 Slurm jobs" in stderr
+    assert slurm.idle()
+    runs = workload_runs(ws)
+    assert runs and {r.info.status for r in runs} == {"KILLED"}
+    statuses = [t.split()[0] for t in status_block(ws).values()]
+    assert statuses and set(statuses) == {"KILLED"}  # the pending one has no entry: it never ran
+
+
+def test_detach_returns_and_the_same_command_later_waits_without_resubmitting(ws, slurm):
+    done = ws.run([study(ws, values="1, 1"), "--slurm", "--detach"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "detached: 2 workloads in Slurm" in done.stderr
+    assert {t.split()[0] for t in status_block(ws).values()} <= {"PENDING", "RUNNING"}
+    again = ws.run(["study.yaml", "--slurm"], timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "2 workloads already in Slurm" in again.stderr or "Slurm job" not in again.stderr
+    runs = workload_runs(ws)
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+    assert len({r.data.tags["radt.slurm.array_job_id"] for r in runs}) == 1
+    assert {t.split()[0] for t in status_block(ws).values()} == {"FINISHED"}

@@ -495,6 +495,10 @@ def run_study(options: StudyOptions) -> int:
     checked = check_study(study, found, strict=not options.dry_run)
     if checked.problems:
         raise StudyError(study.path, checked.problems)
+    if options.plan.slurm is not None:  # an unknown option: one line before anything happens
+        from radt.slurm.options import slurm_options
+
+        slurm_options(study.slurm, options.plan.slurm.overrides, f"{study.path}: slurm:")
     for note in checked.notes:
         say(note)
     progress = progress_of(study)
@@ -585,18 +589,23 @@ class _Run:
 
         request = self.options.slurm
         slurm = slurm_options(self.study.slurm, request.overrides, f"{self.study.path}: slurm:")
-        code = run_on_slurm(
-            self.plan_path,
-            self.pending,
-            slurm,
-            request,
-            store,
-            parent_run_id=getattr(self, "run_id", None),
-            tags={"radt.study": self.study.name},
-            record=self._record_status,
-        )
-        if client is not None and not request.detach and code != 130:
-            self._close(client, self._outcome())
+        try:
+            code = run_on_slurm(
+                self.plan_path,
+                self.pending,
+                slurm,
+                request,
+                store,
+                parent_run_id=getattr(self, "run_id", None),
+                tags={"radt.study": self.study.name},
+                record=self._record_status,
+            )
+        except BaseException:
+            if client is not None:
+                self._close(client, FAILED)
+            raise
+        if client is not None and not request.detach:
+            self._close(client, "KILLED" if code == 130 else self._outcome())
         return code
 
     def _study_run(self, client) -> str:

@@ -72,6 +72,7 @@ from radt.analysis.load import (
     search_all,
     select_runs,
 )
+from radt.analysis.stored import restore
 from radt.errors import UsageError
 
 if TYPE_CHECKING:
@@ -328,6 +329,8 @@ class Record:
     work: float = NAN
     """Time per unit of work on this record's basis: ns per example, else window seconds."""
     basis_: str | None = None
+    kid_examples: dict[str, float] = field(default_factory=dict)
+    """A workload's clients' examples in its window, as stored (:mod:`radt.analysis.stored`)."""
 
     @classmethod
     def of(cls, run, level: str) -> Record:
@@ -672,7 +675,9 @@ def _norm_provider(
         if not found:
             record.notes.append(why.replace("no baseline", "no normalised figures"))
             return {}
-        if record.basis == "examples":
+        if record.basis == "examples" and kid.run_id in record.kid_examples:
+            n = record.kid_examples[kid.run_id]
+        elif record.basis == "examples":
             n = counter_increase(*kid.timeline.counter_points(), window.start_s, window.end_s)
         else:
             n = kid.examples_total
@@ -866,6 +871,8 @@ def summary(
             if parent in records:
                 wanted.add(parent)
     needed = [by_id[i] for i in sorted(wanted, key=lambda i: _order(by_id[i]))]
+    stored = restore(records, [run.info.run_id for run in needed], children)
+    needed = [run for run in needed if run.info.run_id not in stored]
     plans = prepare(client, needed, cache_dir=cache_dir)
     extra = _compute(client, records, plans, children)
     attribute(records, needed, extra, children)

@@ -1,4 +1,5 @@
-"""A run's window figures are computed when it completes and read back at every look.
+"""A run's window figures are computed when it completes and read back at every look;
+the runs grid and ``radt runs`` show a run's Slurm job and node when runs have them.
 
 Runs recorded through radT's recorder and closing steps (test_windows' ``Study``) carry
 their figures in the tag ``radt.figures``; the summary then reads no samples, and its
@@ -13,9 +14,12 @@ import shutil
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from radt.frontend.pages.runs import COLUMNS as GRID_COLUMNS
+from radt.frontend.pages.runs import grid_columns, grid_rows
 from test_windows import COMMAND, P_ALONE, P_PAIR, Study, gpu, row_of, script
 
 import radt.analysis.summary as summary_module
+from radt.analysis.export import run_runs
 from radt.analysis.stored import FIGURES_TAG
 from radt.analysis.summary import summary
 
@@ -136,3 +140,40 @@ def test_a_family_that_changed_since_is_computed_from_its_samples(recorded, monk
         assert sorted(read) == sorted([ids["single"], ids["only"], late.info.run_id])
     finally:
         client.delete_run(late.info.run_id)
+
+
+def test_the_runs_grid_and_radt_runs_show_the_slurm_job_and_node_only_when_runs_have_them(
+    recorded, capsys
+):
+    client, s, ids = recorded
+
+    def shown() -> tuple[dict, list[dict]]:
+        rows = grid_rows(summary("study", tracking_uri=s.uri))
+        hidden = {c["field"]: c.get("hide", False) for c in grid_columns(rows)}
+        return hidden, rows
+
+    hidden, _ = shown()
+    assert hidden["slurm_job_id"] and hidden["slurm_node"]
+    assert [c["field"] for c in grid_columns([])] == [c["field"] for c in GRID_COLUMNS]
+    assert run_runs(["-e", "study", "--tracking-uri", s.uri]) == 0
+    assert "slurm job" not in capsys.readouterr().out
+    slurm = {"radt.slurm.job_id": "4242", "radt.slurm.node": "gpu-node-07"}
+    for run_id in (ids["pair"], ids["a"], ids["b"]):
+        for key, value in slurm.items():
+            client.set_tag(run_id, key, value)
+    try:
+        hidden, rows = shown()
+        assert not hidden["slurm_job_id"] and not hidden["slurm_node"]
+        by_id = {row["run_id"]: row for row in rows}
+        assert by_id[ids["a"]]["slurm_job_id"] == "4242"
+        assert by_id[ids["a"]]["slurm_node"] == "gpu-node-07"
+        assert by_id[ids["alone"]]["slurm_job_id"] is None
+        assert run_runs(["-e", "study", "--tracking-uri", s.uri]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].split()[-2:] == ["slurm", "job"]
+        assert next(line for line in out if line.startswith("pair ")).endswith("4242")
+        assert next(line for line in out if line.startswith("alone ")).endswith("-")
+    finally:
+        for run_id in (ids["pair"], ids["a"], ids["b"]):
+            for key in slurm:
+                client.delete_tag(run_id, key)

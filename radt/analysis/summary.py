@@ -83,6 +83,8 @@ if TYPE_CHECKING:
     from radt.analysis.windows import Timeline, Window
 
 EXAMPLES_METRIC = "examples"
+SLURM_COLUMNS = ("slurm_job_id", "slurm_node")
+"""The Slurm job a run ran in and its node (tags ``radt.slurm.job_id``, ``radt.slurm.node``)."""
 SEED_FLAGS = ("seed",)
 """Flags that never make two runs different jobs (with ``radt.job_ignore``'s)."""
 SUMMARY_KEYS = (
@@ -145,6 +147,7 @@ COLUMNS = (
     *ATTRIBUTION_COLUMNS,
     "window_note",
     "experiment_id",
+    *SLURM_COLUMNS,
 )
 REPEAT_FIGURES = (
     "window_s",
@@ -755,6 +758,8 @@ def _row(record: Record, configuration: str) -> dict:
         "slowdown": NAN,
         "baseline_run_id": None,
         "experiment_id": info.experiment_id,
+        "slurm_job_id": run.data.tags.get("radt.slurm.job_id"),
+        "slurm_node": run.data.tags.get("radt.slurm.node"),
     }
     row.update(record.figures)
     return row

@@ -139,9 +139,25 @@ COLUMNS = [
     _col("energy_per_example_norm", "energy/example vs alone", _RATIO, width=180),
     _col("window_note", "why a figure is missing", minWidth=260),
     _col("start", "start (UTC)", width=170),
+    _col("slurm_job_id", "Slurm job", width=120, hide=True),
+    _col("slurm_node", "node", width=130, hide=True),
     _col("run_id", "run id", width=290),
 ]
 """The grid's columns: ``radt.summary`` columns, numbers formatted, each filterable and sortable."""
+SLURM_FIELDS = ("slurm_job_id", "slurm_node")
+"""Columns shown only when a run of the experiment ran in a Slurm job."""
+
+
+def grid_columns(rows: list[dict]) -> list[dict]:
+    """The grid's columns for ``rows`` (:func:`grid_rows`): the Slurm job and node shown
+    when any run has them, hidden otherwise."""
+    shown = {name for name in SLURM_FIELDS if any(row.get(name) is not None for row in rows)}
+    return [
+        {**column, "hide": column["field"] not in shown}
+        if column["field"] in SLURM_FIELDS
+        else column
+        for column in COLUMNS
+    ]
 
 
 def _cell(value):
@@ -300,6 +316,7 @@ def register(app: Dash, store: Store) -> None:
 
     @app.callback(
         Output("runs-grid", "rowData"),
+        Output("runs-grid", "columnDefs"),
         Output("runs-grid", "selectedRows"),
         Output("runs-grid", "style"),
         Output("runs-note", "children"),
@@ -312,7 +329,7 @@ def register(app: Dash, store: Store) -> None:
     )
     def rows(experiment, _clicks, options, selection):
         if not experiment:
-            return [], {"ids": []}, HIDDEN, no_update, no_update
+            return [], no_update, {"ids": []}, HIDDEN, no_update, no_update
         name = next((o["label"] for o in options or [] if o["value"] == experiment), experiment)
         chosen = {"id": experiment, "name": name}
         try:
@@ -320,6 +337,7 @@ def register(app: Dash, store: Store) -> None:
         except DataError as exc:
             return (
                 [],
+                no_update,
                 {"ids": []},
                 HIDDEN,
                 html.Div(str(exc), className="radt-empty"),
@@ -327,7 +345,7 @@ def register(app: Dash, store: Store) -> None:
             )
         if frame.empty:
             note = _empty_note(store, f"Experiment {name!r} has no runs yet.")
-            return [], {"ids": []}, HIDDEN, note, chosen
+            return [], no_update, {"ids": []}, HIDDEN, note, chosen
         data = grid_rows(frame)
         kept = []
         if (selection or {}).get("experiment") == experiment:
@@ -336,7 +354,7 @@ def register(app: Dash, store: Store) -> None:
         note = runs_note(name, [row["kind"] for row in data])
         # room for every row (up to 12) and a horizontal scrollbar under them
         height = {"height": f"{min(656, 116 + 42 * len(data))}px"}
-        return data, {"ids": kept}, height, note, chosen
+        return data, grid_columns(data), {"ids": kept}, height, note, chosen
 
     @app.callback(
         Output("selection", "data"),

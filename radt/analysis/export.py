@@ -285,6 +285,8 @@ def runs_table(frame: pd.DataFrame) -> str:
 
     Figures are over each row's window; ``basis`` says which (docs/analysis.md).
     """
+    import pandas as pd
+
     header = [
         "name",
         "status",
@@ -322,6 +324,10 @@ def runs_table(frame: pd.DataFrame) -> str:
         )
     header, rows, right = _cpu_column(frame, header, rows, {4, 5, 6, 7, 8, 9})
     header, rows, right = _energy_columns(frame, header, rows, right)
+    if frame["slurm_job_id"].notna().any():  # runs of Slurm jobs: their job, last
+        header.append("slurm job")
+        for row, job in zip(rows, frame["slurm_job_id"], strict=True):
+            row.append(str(job) if pd.notna(job) else "-")
     return _table(header, rows, right)
 
 

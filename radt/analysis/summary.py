@@ -72,6 +72,7 @@ from radt.analysis.load import (
     search_all,
     select_runs,
 )
+from radt.analysis.stored import restore
 from radt.errors import UsageError
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ if TYPE_CHECKING:
     from radt.analysis.windows import Timeline, Window
 
 EXAMPLES_METRIC = "examples"
+SLURM_COLUMNS = ("slurm_job_id", "slurm_node")
+"""The Slurm job a run ran in and its node (tags ``radt.slurm.job_id``, ``radt.slurm.node``)."""
 SEED_FLAGS = ("seed",)
 """Flags that never make two runs different jobs (with ``radt.job_ignore``'s)."""
 SUMMARY_KEYS = (
@@ -144,6 +147,7 @@ COLUMNS = (
     *ATTRIBUTION_COLUMNS,
     "window_note",
     "experiment_id",
+    *SLURM_COLUMNS,
 )
 REPEAT_FIGURES = (
     "window_s",
@@ -328,6 +332,8 @@ class Record:
     work: float = NAN
     """Time per unit of work on this record's basis: ns per example, else window seconds."""
     basis_: str | None = None
+    kid_examples: dict[str, float] = field(default_factory=dict)
+    """A workload's clients' examples in its window, as stored (:mod:`radt.analysis.stored`)."""
 
     @classmethod
     def of(cls, run, level: str) -> Record:
@@ -672,7 +678,9 @@ def _norm_provider(
         if not found:
             record.notes.append(why.replace("no baseline", "no normalised figures"))
             return {}
-        if record.basis == "examples":
+        if record.basis == "examples" and kid.run_id in record.kid_examples:
+            n = record.kid_examples[kid.run_id]
+        elif record.basis == "examples":
             n = counter_increase(*kid.timeline.counter_points(), window.start_s, window.end_s)
         else:
             n = kid.examples_total
@@ -750,6 +758,8 @@ def _row(record: Record, configuration: str) -> dict:
         "slowdown": NAN,
         "baseline_run_id": None,
         "experiment_id": info.experiment_id,
+        "slurm_job_id": run.data.tags.get("radt.slurm.job_id"),
+        "slurm_node": run.data.tags.get("radt.slurm.node"),
     }
     row.update(record.figures)
     return row
@@ -866,6 +876,8 @@ def summary(
             if parent in records:
                 wanted.add(parent)
     needed = [by_id[i] for i in sorted(wanted, key=lambda i: _order(by_id[i]))]
+    stored = restore(records, [run.info.run_id for run in needed], children)
+    needed = [run for run in needed if run.info.run_id not in stored]
     plans = prepare(client, needed, cache_dir=cache_dir)
     extra = _compute(client, records, plans, children)
     attribute(records, needed, extra, children)

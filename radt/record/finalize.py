@@ -8,6 +8,7 @@ running the remaining steps again.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import tempfile
 from collections.abc import Callable
@@ -34,6 +35,8 @@ DOING = {
     "status": "set the final status",
 }
 
+
+log = logging.getLogger(__name__)
 
 RESEND_ROWS = 1_000_000
 """Spooled samples decimated at once by :func:`resend_metrics`."""
@@ -106,11 +109,33 @@ def summarize(
         warn(f"run {state.run_id}: {closing.problem}; radt.summary computes them from the samples")
     state.tags.update(closing.tags)
     when = round((state.ended_s or state.started_s) * 1000)
+    _store_figures(client, run, state, {**tags, **closing.tags}, when, path)
     return [
         Metric(METRIC_PREFIX + name, closing.metrics[name], when, 0)
         for name in HEADLINE
         if name in closing.metrics and math.isfinite(closing.metrics[name])
     ]
+
+
+def _store_figures(
+    client: MlflowClient, run, state: RunState, tags: dict, end_ms: int, path: Path
+) -> None:
+    """Store the window figures of the family the run completes (:mod:`radt.analysis.stored`):
+    its own with the tags set at the end, its workload's runs' at once."""
+    from radt.analysis.stored import FIGURES_TAG, family_figures
+
+    try:
+        values = family_figures(client, run, state.status, end_ms, tags, path)
+    except Exception as exc:  # noqa: BLE001 - looks then compute them from the samples
+        log.warning(
+            "run %s: window figures not stored (%s: %s)", state.run_id, type(exc).__name__, exc
+        )
+        return
+    for run_id, value in values.items():
+        if run_id == state.run_id:
+            state.tags[FIGURES_TAG] = value
+        else:
+            client.set_tag(run_id, FIGURES_TAG, value)
 
 
 def _log_points(client: MlflowClient, run_id: str, points: list[Metric]) -> int:

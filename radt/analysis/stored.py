@@ -1,0 +1,187 @@
+"""A run's window figures, computed once when it ends and read back at every look.
+
+When a lone run or a workload (with its runs) completes, :func:`family_figures`
+computes the figures :func:`radt.analysis.summary.summary` shows for them (the
+windows, the figures over them and the energy attribution) from their samples,
+the same code as the summary's, and the closing step stores each run's as the
+tag :data:`FIGURES_TAG` (JSON). :func:`restore` puts them back into the
+summary's records, so that a look reads one page of runs instead of every
+run's samples. The figures that compare runs with each other (slowdown,
+normalised figures) are still computed at each look: they depend on which
+runs are there. A run without the tag, a family whose runs changed since, or
+a run of another version is computed from its samples as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from radt.analysis.summary import Record
+
+FIGURES_TAG = "radt.figures"
+VERSION = 1
+"""Bumped whenever what the figures are changes: older tags are then recomputed."""
+MAX_TAG_CHARS = 8000
+"""MLflow's longest tag value; a longer state is not stored (the run is computed at looks)."""
+
+log = logging.getLogger(__name__)
+
+
+def family_of(record: Record, records: Mapping[str, Record]) -> str:
+    """The run whose family ``record`` is computed with: its workload, else itself."""
+    parent = record.tags.get("mlflow.parentRunId") or ""
+    if record.level in ("client", "loader") and parent in records:
+        return parent
+    return record.run_id
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, str) or value is None:
+        return value
+    return float(value)
+
+
+def state_of(record: Record, family: Sequence[str], kids: Sequence[Record] = ()) -> str:
+    """``record``'s computed figures as the tag's JSON (NaN spelled ``NaN``)."""
+    from radt.analysis.windows import counter_increase
+
+    window = record.window
+    state = {
+        "version": VERSION,
+        "level": record.level,
+        "family": sorted(family),
+        "window": [window.start_s, window.end_s, window.examples, window.basis, window.warmup],
+        "window_note": window.note,
+        "examples_total": float(record.examples_total),
+        "figures": {name: _number(value) for name, value in record.figures.items()},
+        "method": record.method,
+        "notes": list(record.notes),
+        "work": float(record.work),
+    }
+    if record.level == "provider" and window.basis == "examples":
+        # what the normalised figures need of each client's counter: its examples in the window
+        state["kid_examples"] = {
+            kid.run_id: float(
+                counter_increase(*kid.timeline.counter_points(), window.start_s, window.end_s)
+            )
+            for kid in kids
+        }
+    return json.dumps(state, separators=(",", ":"))
+
+
+def _load(record: Record, family: Sequence[str]) -> dict | None:
+    text = record.tags.get(FIGURES_TAG)
+    if not text:
+        return None
+    try:
+        state = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(state, dict) or state.get("version") != VERSION:
+        return None
+    if state.get("level") != record.level or state.get("family") != sorted(family):
+        return None
+    return state
+
+
+def restore(
+    records: Mapping[str, Record], wanted: Sequence[str], children: Mapping[str, Sequence[Any]]
+) -> set[str]:
+    """Put the stored figures back into the records of ``wanted`` runs' families; return
+    the ids restored. A family is restored whole (its workload and all its runs) or not."""
+    from radt.analysis.windows import Window
+
+    restored: set[str] = set()
+    seen: set[str] = set()
+    for run_id in wanted:
+        root = family_of(records[run_id], records)
+        if root in seen:
+            continue
+        seen.add(root)
+        members = [root, *(k.info.run_id for k in children.get(root, []))]
+        states = {m: _load(records[m], members) for m in members if m in records}
+        if len(states) != len(members) or any(s is None for s in states.values()):
+            continue
+        for member, state in states.items():
+            record = records[member]
+            start_s, end_s, examples, basis, warmup = state["window"]
+            record.window = Window(start_s, end_s, examples, basis, warmup, state["window_note"])
+            record.examples_total = state["examples_total"]
+            record.figures = dict(state["figures"])
+            record.method = state["method"]
+            record.notes = list(state["notes"])
+            record.work = state["work"]
+            record.kid_examples = dict(state.get("kid_examples", {}))
+        restored.update(states)
+    return restored
+
+
+def family_figures(
+    client,
+    run,
+    status: str,
+    end_ms: int,
+    tags: Mapping[str, str],
+    samples_path: Path,
+    cache_dir: Path | None = None,
+) -> dict[str, str]:
+    """The :data:`FIGURES_TAG` value of each run of the family that ``run`` completes.
+
+    ``run`` is the MLflow run as it is while it completes (still RUNNING); ``status``,
+    ``end_ms`` (MLflow's end time) and ``tags`` as they will be; ``samples_path`` its
+    compacted samples.
+    A lone run's family is itself; a workload's, itself and its runs (read from their
+    samples artifacts). Empty when ``run`` is a run of a workload (the workload stores
+    its runs' figures when it completes after them) or groups others.
+    """
+    from radt.analysis.attribution import attribute
+    from radt.analysis.load import _Plan, grouping, prepare, probe, search_all
+    from radt.analysis.summary import LOADER_ROLE, Record, _child_order, _compute
+
+    if grouping(run) or probe(run):
+        return {}
+    info = run.info
+    parent = tags.get("mlflow.parentRunId")
+    kids = search_all(client, [info.experiment_id], f"tags.`mlflow.parentRunId` = '{info.run_id}'")
+    kids = sorted((k for k in kids if not (grouping(k) or probe(k))), key=_child_order)
+    provider = bool(kids) or ("radt.workload_runs" in tags and "radt.letter" not in tags)
+    if not provider and parent:
+        above = client.get_run(parent)
+        if not (grouping(above) or probe(above)):
+            return {}  # its workload's: stored when that completes
+    level = "provider" if provider else ("client" if parent else "run")
+    if level == "client" and tags.get("radt.role") == LOADER_ROLE:
+        level = "loader"
+    own = Record.of(run, level)
+    own.status = status
+    own.tags = dict(tags)
+    own.end_s = end_ms / 1000.0 if end_ms else math.nan
+    records = {info.run_id: own}
+    for kid in kids:
+        role = kid.data.tags.get("radt.role") == LOADER_ROLE
+        records[kid.info.run_id] = Record.of(kid, "loader" if role else "client")
+    children = {info.run_id: kids} if kids else {}
+    plans = [
+        _Plan(run, None, None, samples_path, "artifact"),
+        *prepare(client, kids, None, None, cache_dir),
+    ]
+    extra = _compute(client, records, plans, children)
+    attribute(records, [run, *kids], extra, children)
+    family = list(records)
+    values = {}
+    for run_id, record in records.items():
+        if record.window is None:
+            return {}
+        clients = [records[k.info.run_id] for k in kids if records[k.info.run_id].level == "client"]
+        value = state_of(record, family, clients if run_id == info.run_id else ())
+        if len(value) > MAX_TAG_CHARS:
+            log.debug("run %s: its figures exceed a tag; computed at each look", run_id)
+            return {}
+        values[run_id] = value
+    return values

@@ -1,8 +1,12 @@
-"""What a newcomer runs first: examples/train.py's MLflow calls, and radT's opening line."""
+"""What a newcomer meets first: examples/train.py's MLflow calls, radT's opening line,
+``radt ui``'s and ``radt listeners``' output."""
 
 from __future__ import annotations
 
+import sys
+
 from conftest import REPO
+from servers import HttpServer, free_port
 
 
 def test_train_logs_to_mlflow_once_per_epoch_not_per_step(workspace):
@@ -41,3 +45,25 @@ def test_the_opening_line_names_the_experiment(workspace):
     opening = [line for line in done.stderr.splitlines() if " in experiment " in line]
     assert len(opening) == 1
     assert opening[0].endswith(f" in experiment radt-demo (id {exp_id})")
+
+
+def test_radt_ui_says_its_own_line_only(workspace):
+    """Dash's "Dash is running on …" and Flask's "* Serving Flask app …" / "* Debug mode: off"
+    do not follow radT's line."""
+    port = free_port()
+    server = HttpServer(
+        [sys.executable, "-m", "radt", "ui", "--port", str(port)],
+        folder=workspace.root,
+        log_path=workspace.root / "ui.log",
+        port=port,
+        env=workspace.env,
+    )
+    with server:  # returns once the page answers: every start-up line is out
+        pass
+    said = [
+        line
+        for line in server.log_tail().splitlines()
+        if line.strip() and not line.startswith("--- start")
+    ]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"radt ui: http://127.0.0.1:{port}/  (tracking store ")

@@ -67,3 +67,21 @@ def test_radt_ui_says_its_own_line_only(workspace):
     ]
     assert len(said) == 1, said
     assert said[0].startswith(f"radt ui: http://127.0.0.1:{port}/  (tracking store ")
+
+
+def test_radt_listeners_says_what_each_records_and_which_are_opt_in(workspace):
+    done = workspace.run(["listeners"])
+    assert done.returncode == 0, done.stderr
+    header, *rows = done.stdout.splitlines()
+    assert header.split() == ["listener", "available", "default", "details"]
+    lines = {line.split()[0]: line for line in rows}
+    assert "radt.listeners." not in done.stdout  # no class paths
+    assert lines["top"].split()[1:4] == ["yes", "on", "records"]
+    assert "process tree" in lines["top"]
+    torch = lines["torch"].split()
+    assert torch[2] == "opt-in"
+    assert "PyTorch profiler" in lines["torch"] and "; costs: " in lines["torch"]
+    # a plug-in without ``records`` is described by its docstring's first line
+    assert "records Emits ``counter/seq/n`` = 0, 1, 2, … once per poll" in lines["counter"]
+    assert lines["constpower"].split()[2] == "opt-in"
+    assert rows[-1].startswith("opt-in listeners run only when -l names them, e.g. -l top+")

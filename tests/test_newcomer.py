@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 from servers import HttpServer, free_port
 
@@ -85,3 +87,39 @@ def test_radt_listeners_says_what_each_records_and_which_are_opt_in(workspace):
     assert "records Emits ``counter/seq/n`` = 0, 1, 2, … once per poll" in lines["counter"]
     assert lines["constpower"].split()[2] == "opt-in"
     assert rows[-1].startswith("opt-in listeners run only when -l names them, e.g. -l top+")
+
+
+NO_ENSUREPIP = """#!/bin/sh
+# Debian's python3 without python3-venv: `-m venv` makes a half folder, then fails
+if [ "$1 $2" = "-m venv" ]; then
+    mkdir -p "$3/bin"
+    echo "The virtual environment was not successfully created because ensurepip is not"
+    echo "available.  On Debian/Ubuntu systems, you need to install the python3-venv"
+    exit 1
+fi
+exec {python} "$@"
+"""
+
+
+@pytest.mark.parametrize(
+    ("python", "said"),
+    [
+        ("no-ensurepip", "cannot make a virtualenv (no ensurepip): install python3-venv"),
+        ("no-such-python3", "no-such-python3 not found: install Python 3.10 or newer"),
+    ],
+)
+def test_make_says_in_one_line_what_to_install_for_the_virtualenv(tmp_path, python, said):
+    fake = tmp_path / "no-ensurepip"
+    fake.write_text(NO_ENSUREPIP.format(python=sys.executable))
+    fake.chmod(0o755)
+    venv = tmp_path / "project" / ".venv"
+    done = subprocess.run(
+        ["make", "-s", "-C", str(REPO), "venv", f"PYTHON={tmp_path / python}", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], done.stderr
+    assert not venv.exists()  # no half-made virtualenv for the next make to trust

@@ -1,31 +1,62 @@
-# The two set-up commands of README.md: `make demo` and `make test`.
+# The set-up commands of README.md: `make demo`, `make test` and `make test-fast`.
+# Each makes the project's virtualenv (.venv) with $(PYTHON) first and installs into it,
+# never into the python3 that happens to be active.
 PYTHON ?= python3
-PIP = $(PYTHON) -m pip install --quiet --disable-pip-version-check
+VENV ?= .venv
+PY = $(VENV)/bin/python
+PIP = $(PY) -m pip install --quiet --disable-pip-version-check
+# the fast tier: everything but the browser, PostgreSQL, Slurm and slow end-to-end tests
+FAST = not browser and not postgres and not slurm and not slow
 
-.PHONY: install install-test demo test lint bench
+.PHONY: venv install install-test demo test test-fast lint bench
 
-install:
+venv: $(PY)
+
+# Each problem is one line (make's own "*** ...  Stop."), and no half-made virtualenv stays.
+NO_PYTHON = $(PYTHON) not found: install Python 3.10 or newer, or run make PYTHON=/path/to/python3
+OLD_PYTHON = radT needs Python 3.10 or newer, $(PYTHON) is older: run make PYTHON=python3.12 (or another)
+NO_VENV = $(PYTHON) cannot make a virtualenv (no ensurepip): install python3-venv (Debian, Ubuntu: apt-get install python3-venv) and run make again
+PYTHON_NEW_ENOUGH = $(PYTHON) -c 'import sys; print("yes" if sys.version_info >= (3, 10) else "")'
+MAKE_VENV = $(PYTHON) -m venv $(VENV) >/dev/null 2>&1 && echo made || rm -rf $(VENV)
+
+$(PY):
+	$(if $(shell command -v $(PYTHON)),,$(error $(NO_PYTHON)))
+	$(if $(shell $(PYTHON_NEW_ENOUGH)),,$(error $(OLD_PYTHON)))
+	$(if $(shell $(MAKE_VENV)),,$(error $(NO_VENV)))
+	@echo "made the virtualenv $(VENV) (radT and its tools go there; . $(VENV)/bin/activate to use them)"
+
+$(VENV)/.installed: pyproject.toml | $(PY)
 	$(PIP) -e . torch==2.13.0
+	@touch $@
 
-install-test:
+$(VENV)/.installed-test: pyproject.toml | $(PY)
 	$(PIP) -e '.[test]' torch==2.13.0
+	@touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
 
 demo: install
-	$(PYTHON) -m radt -e radt-demo examples/train.py --epochs 1
+	$(PY) -m radt -e radt-demo examples/train.py --epochs 1
 	@echo
 	@echo "The run is in ./mlflow.db (experiment radt-demo). Look at it with:"
+	@echo "  . $(VENV)/bin/activate                              # radt and mlflow are in the project's virtualenv"
 	@echo "  radt ui                                             # radT's pages: runs, time series, compare; http://127.0.0.1:8050/"
 	@echo "  mlflow ui --backend-store-uri sqlite:///mlflow.db   # MLflow's own UI; http://127.0.0.1:5000"
 	@echo "Samples at full rate: the artifact radt/samples.parquet of the run."
 
-lint:
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m ruff format --check radt listeners frontend
+lint: install-test
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check radt listeners frontend
 
 test: install-test lint
-	$(PYTHON) -m pytest -q --durations=15
+	$(PY) -m pytest -q --durations=15
+
+test-fast: install-test
+	$(PY) -m pytest -q --durations=15 -m "$(FAST)"
 
 bench: install
-	$(PYTHON) benchmarks/overhead.py
-	$(PYTHON) benchmarks/ingest.py
-	$(PYTHON) benchmarks/startup.py
+	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/ingest.py
+	$(PY) benchmarks/startup.py

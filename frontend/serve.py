@@ -35,6 +35,8 @@ def ui_parser() -> argparse.ArgumentParser:
 
 def run_ui(argv: list[str]) -> int:
     """``radt ui [--tracking-uri URI] [--host 127.0.0.1] [--port 8050]``; returns when stopped."""
+    import flask.cli
+
     from radt.tracking import prepare_process_env
 
     args = ui_parser().parse_args(argv)
@@ -51,7 +53,11 @@ def run_ui(argv: list[str]) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"radt ui: http://{host}:{args.port}/  (tracking store {store.label}; Ctrl-C stops)")
     sys.stdout.flush()
+    # radT's line above is the only one: no "Running on", "Dash is running on",
+    # "* Serving Flask app" or "* Debug mode: off" after it
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    app.logger.setLevel(logging.WARNING)
+    flask.cli.show_server_banner = lambda *args, **kwargs: None
     try:
         app.run(host=args.host, port=args.port, debug=False, dev_tools_ui=False)
     except OSError as exc:

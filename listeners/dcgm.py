@@ -126,6 +126,10 @@ class DcgmListener(StreamedListener):
     """Samples ``dcgm/gpu{i}/*`` (and ``…/gi{g}/…`` in MIG mode) from ``dcgmi dmon``."""
 
     name = "dcgm"
+    records = (
+        "per GPU and MIG instance activity (GRACT, SMACT, SMOCC, tensor, DRAM, "
+        "FP64/32/16, PCIe, NVLink), power and energy, from dcgmi dmon"
+    )
     scope = "device"
     default_interval_s = 0.5
     probe_timeout_s = 10.0

@@ -150,6 +150,8 @@ class NcuListener(Listener):
 
     name = "ncu"
     on_by_default = False  # a profiler changes the run: only with -l
+    records = "an Nsight Compute report of the command's kernels, their totals and top kernels"
+    cost = "ncu replays each profiled kernel: the command runs many times slower"
 
     def __init__(self) -> None:
         self.base: Path | None = None

@@ -166,6 +166,8 @@ class NsysListener(Listener):
 
     name = "nsys"
     on_by_default = False  # a profiler changes the run: only with -l
+    records = "an Nsight Systems report of the command, its kernel totals and top kernels"
+    cost = "the command runs under nsys profile, with its tracing overhead"
 
     def __init__(self) -> None:
         self.base: Path | None = None

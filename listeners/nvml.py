@@ -63,6 +63,10 @@ class NvmlListener(PolledListener):
     ``nvml/gpu{i}/proc/*`` (the processes of one run, in that run)."""
 
     name = "nvml"
+    records = (
+        "per GPU power, energy, utilisation, memory, temperature, clocks, power limit and "
+        "throttling; MIG devices' and processes' memory; each run's own SM utilisation"
+    )
     scope = "device"
     default_interval_s = 0.1
 

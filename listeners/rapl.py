@@ -96,6 +96,7 @@ class RaplListener(PolledListener):
     """Samples ``rapl/<zone>/energy_j`` and ``rapl/<zone>/power_w`` for every readable zone."""
 
     name = "rapl"
+    records = "CPU package, core, uncore and DRAM energy and power from the RAPL counters"
     scope = "device"
     default_interval_s = 0.1
 

@@ -84,6 +84,10 @@ class SmiListener(StreamedListener):
     """Samples ``smi/gpu{i}/*`` from ``nvidia-smi --query-gpu … -lms N``."""
 
     name = "smi"
+    records = (
+        "per GPU power, utilisation, memory, temperature, clocks, pstate and power limit, "
+        "from nvidia-smi"
+    )
     scope = "device"
     default_interval_s = 0.5
 

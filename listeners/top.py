@@ -62,6 +62,10 @@ class TopListener(PolledListener):
     """
 
     name = "top"
+    records = (
+        "CPU %, RSS, threads and I/O of the command's process tree; the host's CPU %, "
+        "memory, swap and load"
+    )
     default_interval_s = 0.5
 
     def __init__(self) -> None:

@@ -447,11 +447,34 @@ def run_listeners(argv: list[str]) -> int:
 
     found = discover(parse_listener_options(args.listener_option))
     width = max([len(name) for name in found] + [8])
-    print(f"{'listener':<{width}}  {'available':<9}  details")
+    print(f"{'listener':<{width}}  {'available':<9}  {'default':<7}  details")
+    opt_in = []
     for name, item in found.items():
         status = "yes" if item.reason is None else "no"
-        print(f"{name:<{width}}  {status:<9}  {item.reason or item.target}")
+        default = "on"
+        details = f"records {item.target}"
+        if item.listener is not None:
+            details = f"records {listener_records(item.listener)}"
+            if not item.listener.on_by_default:
+                default = "opt-in"
+                opt_in.append((item.reason is not None, name))
+                if item.listener.cost:
+                    details += f"; costs: {item.listener.cost}"
+        if item.reason is not None:
+            details = f"{item.reason}; it {details}"
+        print(f"{name:<{width}}  {status:<9}  {default:<7}  {details}")
+    if opt_in:
+        example = min(opt_in)[1]  # one that can run here, if any
+        print(f"opt-in listeners run only when -l names them, e.g. -l top+{example}")
     return 0
+
+
+def listener_records(listener) -> str:
+    """What a listener records: its ``records``, else its class docstring's first line."""
+    if listener.records:
+        return listener.records
+    doc = (type(listener).__doc__ or "").strip().splitlines()
+    return doc[0].rstrip(".") if doc else type(listener).__name__
 
 
 def run_sync(argv: list[str]) -> int:

@@ -172,6 +172,11 @@ class Listener(ABC):
     default_interval_s: ClassVar[float] = 0.5
     on_by_default: ClassVar[bool] = True
     """Whether radT runs it when ``-l`` is not given (wrapping profilers are opt-in)."""
+    records: ClassVar[str] = ""
+    """What it records, in a few words (``radt listeners``; default: the class docstring's
+    first line)."""
+    cost: ClassVar[str] = ""
+    """What running it costs the command, for an opt-in listener (``radt listeners``)."""
     scope: ClassVar[str] = "run"
     """``run``: it observes one command; ``device``: it observes GPUs or the host, so in a
     workload it runs once, in the workload's parent run."""

@@ -165,6 +165,17 @@ def experiment_id(client, name_or_id: str | None) -> str:
         raise store_error(uri, exc, "find or create the experiment") from exc
 
 
+def experiment_label(client, exp_id: str) -> str:
+    """``radt-demo (id 1)``: an experiment by name and id, as radT's lines name it."""
+    try:
+        name = client.get_experiment(exp_id).name
+    except Exception as exc:
+        raise store_error(
+            getattr(client, "tracking_uri", "") or "", exc, "read the experiment"
+        ) from exc
+    return f"{name} (id {exp_id})"
+
+
 def _experiment_id(client, name_or_id: str | None) -> str:
     if name_or_id is None:
         given = os.environ.get("MLFLOW_EXPERIMENT_ID", "").strip()

@@ -19,6 +19,7 @@ from radt.listener import Listener
 from radt.tracking import (
     connect,
     experiment_id,
+    experiment_label,
     move_credentials,
     prepare_process_env,
     resolve_tracking_uri,
@@ -131,6 +132,7 @@ def launch(options: LaunchOptions) -> int:
     check_options(options.listener_options, [listener.name for listener in listeners])
     client, uri, original_env = open_store(options.tracking_uri)
     exp_id = experiment_id(client, options.experiment)
+    experiment = experiment_label(client, exp_id)
     run = RecordedRun(
         client,
         uri,
@@ -148,7 +150,7 @@ def launch(options: LaunchOptions) -> int:
         devices=options.devices,
         listener_options=options.listener_options,
     )
-    say(f"run {run.info.run_name} ({run.run_id}) in experiment {exp_id}")
+    say(f"run {run.info.run_name} ({run.run_id}) in experiment {experiment}")
     env = child_env(original_env, uri, run, options.devices, options.max_epochs)
     child = Child(argv, env, run.output_log)
     supervisor = Supervisor([child], say, options.grace_s, options.max_time_min)

@@ -489,6 +489,8 @@ def test_client_and_provider_figures_equal_the_hand_computed_ones(study):
     # the baseline is the mean of both repeats: 4.5 ms, 0.9 J per example
     baseline = f"{ids['alone1']} {ids['alone2']}"
     assert one["slowdown"] == pytest.approx(4.0 / 4.5) and one["baseline_run_id"] == baseline
+    # its repeats spread: sample std of (4, 5) ms = 0.7071 ms over 4.5 ms = 15.7 %, flagged
+    assert one["baseline_cv_pct"] == pytest.approx(15.713, abs=1e-3)
     two = row_of(frame, ids["alone2"])
     assert two["time_per_example_ns"] == pytest.approx(5e6)
     assert two["energy_per_example_nj"] == pytest.approx(1e9)

@@ -366,12 +366,18 @@ def _energy_columns(frame: pd.DataFrame, header: list[str], rows: list[list[str]
 
 
 def notes(frame: pd.DataFrame) -> list[str]:
-    """``name: why a figure is missing`` for each row of a summary frame that has a note."""
-    found = []
+    """``names: why a figure is missing``, one line per note of a summary frame's rows, in the
+    order first met: the rows that share a note are named together (``every row`` when all
+    do)."""
+    found: dict[str, list[str]] = {}
     for row in frame.itertuples(index=False):
         if isinstance(row.window_note, str) and row.window_note:
-            found.append(f"{row.run_name or row.run_id}: {row.window_note}")
-    return found
+            for note in dict.fromkeys(row.window_note.split("; ")):
+                found.setdefault(note, []).append(str(row.run_name or row.run_id))
+    return [
+        f"{'every row' if len(names) == len(frame) > 1 else ', '.join(names)}: {note}"
+        for note, names in found.items()
+    ]
 
 
 def _slowdown_cell(row) -> str:

@@ -423,6 +423,10 @@ def _whole_run(record: Record) -> bool:
     )
 
 
+NO_GPU_NOTE = "no GPU listener (nvml, dcgm, smi) recorded: no GPU energy, power or utilisation"
+"""The note of a row whose GPU figures are missing because no GPU was recorded at all."""
+
+
 def _has_device(series: Mapping) -> bool:
     return any(q in ("energy_j", "power_w") for (_, gpu, q) in series if gpu.startswith("gpu"))
 
@@ -918,6 +922,7 @@ def summary(
             row["command"] = " | ".join(k.tags.get("radt.command", "?") for k in clients) or None
             row["params"] = None
             row.update(_norm_provider(record, clients, baselines))
+            parent = None
         else:
             parent = records.get(record.tags.get("mlflow.parentRunId") or "")
             kin = (
@@ -929,6 +934,11 @@ def summary(
             if record.level != "loader":
                 row.update(_slowdown(record, baselines))
                 row.update(_norm_client(record, baselines))
+        gpu = _has_device(record.series) or (
+            record.level == "client" and parent is not None and _has_device(parent.series)
+        )
+        if not gpu and record.level != "loader":
+            record.notes.append(NO_GPU_NOTE)
         row["window_note"] = "; ".join(dict.fromkeys(record.notes)) or None
         rows[record.run_id] = row
 

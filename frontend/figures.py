@@ -24,7 +24,11 @@ from plotly.subplots import make_subplots
 from radt.frontend.style import MODES, PALETTE, empty_figure, mode_colour
 
 from radt.analysis.attribution import crosscheck_flagged
-from radt.analysis.summary import SHARED_LOADER
+from radt.analysis.summary import (
+    BASELINE_SPREAD_LIMIT_PCT,
+    SHARED_LOADER,
+    baseline_spread_flagged,
+)
 
 PROVIDERS = ("provider", "run")
 CLIENTS = ("client", "run")
@@ -426,26 +430,156 @@ def slowdown_figure(frame: pd.DataFrame) -> go.Figure:
         )
     )
     labels = [f"{s.numerator}/{s.denominator}" if s else "?" for s in shares]
-    part = clients.assign(_x=expected, _y=slow, _share=labels, _window=_window_text(clients))[ok]
-    for mode, group in part.groupby("collocation", sort=False):
+    spread = (
+        _finite(clients["baseline_cv_pct"]).to_numpy()
+        if "baseline_cv_pct" in clients
+        else np.full(len(clients), np.nan)
+    )
+    flagged = np.array([baseline_spread_flagged(v) for v in spread], dtype=bool)
+    part = clients.assign(
+        _x=expected,
+        _y=slow,
+        _share=labels,
+        _window=_window_text(clients),
+        _flagged=flagged,
+        _cv=spread,
+        _spread=[
+            f"<br>⚠ baseline repeats spread {v:.1f} % (over {BASELINE_SPREAD_LIMIT_PCT:g} %)"
+            if f
+            else ""
+            for v, f in zip(spread, flagged, strict=True)
+        ],
+    )[ok]
+    part = part.assign(
+        _position=label_positions(part["_x"], part["_y"], part["run_name"], (top, top))
+    )
+    for (mode, spread_out), group in part.groupby(["collocation", "_flagged"], sort=False):
         fig.add_trace(
             go.Scatter(
                 x=group["_x"],
                 y=group["_y"],
                 mode="markers+text",
                 text=group["run_name"],
-                textposition="top center",
-                name=str(mode),
-                marker={"size": 11, "color": mode_colour(mode)},
-                customdata=group[["_share", "workload", "_window"]].to_numpy(),
+                textposition=group["_position"].tolist(),
+                name=f"{mode} (baseline spread > {BASELINE_SPREAD_LIMIT_PCT:g} %)"
+                if spread_out
+                else str(mode),
+                legendgroup=str(mode),
+                marker={
+                    "size": 11,
+                    "color": mode_colour(mode),
+                    "symbol": "circle-open" if spread_out else "circle",
+                    "line": {"width": 2} if spread_out else {},
+                },
+                customdata=group[["_share", "workload", "_window", "_spread"]].to_numpy(),
                 hovertemplate="%{text} (%{customdata[1]})<br>share %{customdata[0]} of the GPU"
                 "<br>slowdown %{y:.2f}× (share implies %{x:.2f}×)<br>%{customdata[2]}"
-                "<extra></extra>",
+                "%{customdata[3]}<extra></extra>",
             )
+        )
+    spread_out = part[part["_flagged"]]
+    if len(spread_out):
+        fig.add_annotation(
+            text=f"hollow: baseline repeats spread over {BASELINE_SPREAD_LIMIT_PCT:g} %, "
+            "slowdown uncertain ("
+            + ", ".join(
+                f"{n} {v:.0f} %"
+                for n, v in zip(spread_out["run_name"], spread_out["_cv"], strict=True)
+            )
+            + ")",
+            xref="paper",
+            yref="paper",
+            x=0.0,
+            y=1.0,
+            xanchor="left",
+            yanchor="top",
+            align="left",
+            showarrow=False,
+            font={"size": 11, "color": "#8a3b00"},
         )
     fig.update_xaxes(title_text="partition size as slowdown: 1 / share of the GPU", range=[0, top])
     fig.update_yaxes(title_text="measured slowdown vs alone", range=[0, top])
     return _finish(fig, title)
+
+
+LABEL_POSITIONS = (
+    "top center",
+    "bottom center",
+    "middle right",
+    "middle left",
+    "top right",
+    "bottom right",
+    "top left",
+    "bottom left",
+)
+"""Where a point's label may go, in the order :func:`label_positions` tries them."""
+PLOT_PX = (480.0, 300.0)
+"""About the plot area of a chart in a half-width card, in pixels (width, height)."""
+CHAR_PX, LINE_PX, MARKER_PX = 7.0, 14.0, 7.0
+"""About a label character's width, a label's height and a marker's radius, in pixels."""
+
+
+def label_box(x_px: float, y_px: float, text: str, position: str) -> tuple[float, ...]:
+    """The box ``(left, bottom, right, top)`` in pixels (y up) that plotly gives the label
+    ``text`` of a marker at ``(x_px, y_px)`` at ``position`` (``top center`` …)."""
+    width = CHAR_PX * len(text)
+    vertical, horizontal = position.split()
+    left = {
+        "center": x_px - width / 2,
+        "right": x_px + MARKER_PX,
+        "left": x_px - MARKER_PX - width,
+    }[horizontal]
+    bottom = {
+        "top": y_px + MARKER_PX,
+        "middle": y_px - LINE_PX / 2,
+        "bottom": y_px - MARKER_PX - LINE_PX,
+    }[vertical]
+    return (left, bottom, left + width, bottom + LINE_PX)
+
+
+def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    """The area two boxes ``(left, bottom, right, top)`` share."""
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    return max(width, 0.0) * max(height, 0.0)
+
+
+def label_positions(
+    x: Iterable[float],
+    y: Iterable[float],
+    texts: Iterable[str],
+    span: tuple[float, float],
+    plot_px: tuple[float, float] = PLOT_PX,
+) -> list[str]:
+    """A text position per point such that labels cover neither each other nor the markers.
+
+    ``span``: the x and y ranges of the axes (both from 0), which with ``plot_px`` place the
+    points in pixels. From the highest point down, each label takes the first place of
+    :data:`LABEL_POSITIONS` where it overlaps no label placed before and no marker; where
+    every place overlaps, the one that overlaps least.
+    """
+    points = [
+        (px / (span[0] or 1.0) * plot_px[0], py / (span[1] or 1.0) * plot_px[1])
+        for px, py in zip(x, y, strict=True)
+    ]
+    words = [str(t) for t in texts]
+    markers = [
+        (px - MARKER_PX, py - MARKER_PX, px + MARKER_PX, py + MARKER_PX) for px, py in points
+    ]
+    placed: dict[int, tuple[float, ...]] = {}
+    chosen: dict[int, str] = {}
+    for i in sorted(range(len(points)), key=lambda k: (-points[k][1], points[k][0])):
+        best = None
+        for position in LABEL_POSITIONS:
+            box = label_box(*points[i], words[i], position)
+            clash = sum(_overlap(box, other) for other in placed.values())
+            clash += sum(_overlap(box, m) for j, m in enumerate(markers) if j != i)
+            if best is None or clash < best[0]:
+                best = (clash, position, box)
+            if clash == 0:
+                break
+        chosen[i], placed[i] = best[1], best[2]
+    return [chosen[i] for i in range(len(points))]
 
 
 def utilisation_figure(frame: pd.DataFrame) -> go.Figure:

@@ -37,8 +37,8 @@ class PhaseBands:
 
     traces: list[go.Scatter] = field(default_factory=list)
     lanes: list[str] = field(default_factory=list)
-    """Lane labels, bottom to top: ``run · phase 38%`` (the share of the window's time spent
-    in the phase, which merged bands no longer show); lane i is centred on y = i."""
+    """Lane labels, bottom to top: ``run · phase 38%`` (the share of the run's phase span in
+    view spent in the phase, which merged bands no longer show); lane i is centred on y = i."""
     intervals: int = 0
     """Intervals inside the window."""
     drawn: int = 0
@@ -76,7 +76,10 @@ def phase_bands(
     ``runs`` maps run ids to labels with ``name``, ``start_us`` and ``workload``
     (:class:`radt.frontend.series.RunLabel`); ``relative`` puts seconds since each run's
     start on the time axis, else wall time. ``lo``/``hi`` bound the visible window (in those
-    units: seconds, or µs since the epoch for wall time); None: every interval.
+    units: seconds, or µs since the epoch for wall time); None: every interval. A lane's share
+    is of its run's **phase span** in view (its first phase start to its last phase end, as
+    ``radt.phases``' ``time_share``), not of the view: runs of different lengths side by side
+    each get their own.
     """
     out = PhaseBands()
     if intervals is None or not len(intervals):
@@ -112,6 +115,11 @@ def phase_bands(
         if run_id not in order:
             continue
         mine = visible & (run_codes == order[run_id])
+        if not mine.any():
+            continue
+        # the run's phase span in view: its first phase start to its last phase end
+        span_lo = max(float(np.min(x0[mine])), lo_seen)
+        span_hi = min(float(np.max(x1[mine])), hi_seen)
         codes = phase_codes[mine]
         first_seen = np.unique(codes, return_index=True)
         for code in first_seen[0][np.argsort(first_seen[1])]:
@@ -119,9 +127,9 @@ def phase_bands(
             colours.setdefault(phase, PHASE_COLOURS[len(colours) % len(PHASE_COLOURS)])
             here = np.flatnonzero(mine)[codes == code]
             s, e = merge(x0[here], x1[here], 0.0)  # the union: the phase's own time
-            busy = float(np.sum(np.minimum(e, hi_seen) - np.maximum(s, lo_seen)))
+            busy = float(np.sum(np.clip(np.minimum(e, span_hi) - np.maximum(s, span_lo), 0, None)))
             s, e = merge(s, e, out.merge_s)
-            span = hi_seen - lo_seen
+            span = span_hi - span_lo
             lanes.append((run_id, phase, s, e, busy / span if span > 0 else 1.0))
     share = max(1, budget // max(1, len(lanes)))
     for index, (run_id, phase, s, e, busy) in enumerate(lanes):

@@ -44,6 +44,10 @@ UNITS: dict[str, str] = {
 
 DASHES = ("solid", "dot", "dash", "dashdot", "longdash", "longdashdot")
 PANEL_HEIGHT = 240
+PHASES_TITLE = "phases (radt.phase): % of each run's phase span in view"
+"""The phase panel's title, which says what a lane's share is of."""
+WINDOW_LABEL_PX = 14
+"""How far apart, in pixels, the window labels of successive runs sit (one line each)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,8 @@ def window_bands(
 ) -> int:
     """Shade each run's window across all ``rows`` panels, in the run's colour; return how many.
 
-    One shape per run, named and labelled ``pair-A: window (examples)``, drawn
+    One shape per run, named and labelled ``pair-A: window (examples)`` (each run's label a
+    line below the one before, :data:`WINDOW_LABEL_PX`), drawn
     on the bottom panel's time axis, which the others match, over the whole
     height. (No legend entries: plotly stops zooming matched axes when a shape
     has one, and a shape on a matching axis does the same.)
@@ -182,6 +187,8 @@ def window_bands(
             label={
                 "text": f"{label}: window ({span.basis})",
                 "textposition": "top left",
+                # a line of its own per run: windows that start together label apart
+                "padding": 3 + WINDOW_LABEL_PX * drawn,
                 "font": {"size": 10, "color": colours.get(run_id, "#888888")},
             },
         )
@@ -230,7 +237,7 @@ def timeseries_figure(
     titles = [panel_title(n) for n in names]
     if lanes.traces:
         heights.append(LANE_HEIGHT * len(lanes.lanes) + 30)
-        titles.append("phases (radt.phase)")
+        titles.append(PHASES_TITLE)
     rows = len(heights)
     fig = make_subplots(
         rows=rows,

@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from radt.analysis.export import run_export, run_runs
 from radt.analysis.figures import integrate_power, summarize_samples
 from radt.analysis.load import TIDY_COLUMNS, describe_key, load, load_wide
-from radt.analysis.summary import summary
+from radt.analysis.summary import baseline_spread_flagged, baseline_spread_pct, summary
 from radt.errors import UsageError
 from radt.record.spool import SCHEMA, tidy
 
@@ -346,6 +346,8 @@ def test_provider_and_client_rows_agree_with_hand_computed_figures(store, tmp_pa
     # baseline): 18 ms / mean(12 ms, 9 ms)
     assert a["slowdown"] == pytest.approx(18.0 / 10.5)
     assert a["baseline_run_id"] == f"{ids['old_a']} {ids['alone_a']}"
+    # the repeats spread: sample std of (12, 9) ms = 2.121 ms over 10.5 ms = 20.2 %
+    assert a["baseline_cv_pct"] == pytest.approx(20.203, abs=1e-3)
     # --seed 1 is the same job: 6 ms / 10.5 ms
     assert b["job"] == a["job"] == COMMAND
     assert b["slowdown"] == pytest.approx(6.0 / 10.5)
@@ -369,6 +371,18 @@ def test_provider_and_client_rows_agree_with_hand_computed_figures(store, tmp_pa
     assert alone["configuration"] == "none"
     assert row_of(frame, ids["old_a"])["slowdown"] == pytest.approx(12.0 / 10.5)
     assert row_of(frame, ids["failed_a"])["status"] == "FAILED"
+
+
+def test_baseline_spread_is_the_coefficient_of_variation_of_its_repeats():
+    # docs/analysis.md: 2,630 and 1,633 examples/s are 380.2 and 612.4 µs per example;
+    # mean 496.3, sample std 164.1: 33.1 %
+    issue = baseline_spread_pct([1e9 / 2630, 1e9 / 1633])
+    assert issue == pytest.approx(33.07, abs=0.01) and baseline_spread_flagged(issue)
+    steady = baseline_spread_pct([100e6, 105e6])
+    assert steady == pytest.approx(3.449, abs=1e-3) and not baseline_spread_flagged(steady)
+    assert math.isnan(baseline_spread_pct([4e6]))  # one repeat has no spread
+    assert math.isnan(baseline_spread_pct([4e6, math.nan]))
+    assert not baseline_spread_flagged(None) and not baseline_spread_flagged(math.nan)
 
 
 def test_summary_of_chosen_runs_adds_their_workload(store, tmp_path):
@@ -587,7 +601,8 @@ def test_runs_table(store, tmp_path, capsys):
     client, uri = store
     _, ids = build_study(client, tmp_path)
     assert run_runs(["-e", "study", "--tracking-uri", uri]) == 0
-    out = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
     assert out[0].split() == [
         "name",
         "status",
@@ -609,8 +624,11 @@ def test_runs_table(store, tmp_path, capsys):
     pair = next(line for line in out if line.startswith("pair "))
     assert "naive x2" in pair and "0:20" in pair and "200.0" in pair and "1 J" in pair
     assert "20.0s" in pair and "5.000" in pair and "examples_lifetime" in pair
-    assert any(line.startswith("  A: pair-A") and "1.71" in line for line in out)
+    assert any(line.startswith("  A: pair-A") and "1.71 *" in line for line in out)
     assert all("(equal)" in line for line in out if line.startswith(("  A: pair", "  B: pair")))
+    # the baseline's repeats (12 and 9 ms per example) spread 20.2 %: flagged, with the spread
+    assert "baseline repeats spread over 10 %" in captured.err
+    assert "pair-A: slowdown 1.71 against 2 baseline repeats that spread 20.2 %" in captured.err
     assert run_runs(["--tracking-uri", uri]) == 0
     assert "study" in capsys.readouterr().out
 

@@ -13,12 +13,14 @@ import pytest
 from radt.frontend.data import metric_keys
 from radt.frontend.downsample import minmax_lttb, reduce, window
 from radt.frontend.figures import (
+    PLOT_PX,
     basis_note,
     client_energy_figure,
     config_label,
     cpu_figure,
     efficiency_figure,
     focus,
+    label_box,
     normalise,
     partition_share,
     power_label,
@@ -277,6 +279,68 @@ def test_each_runs_window_is_a_band_in_every_panel():
     json.loads(pio.to_json(fig))
 
 
+def test_window_labels_of_runs_that_start_together_are_on_lines_of_their_own():
+    # the view: two runs, windows from about the same second: labels printed over
+    # each other at the top left of both bands
+    frame = pd.concat(
+        [
+            _tidy("a", "top/proc/cpu_pct", range(20), range(20)),
+            _tidy("b", "top/proc/cpu_pct", range(20), range(20), start=T0 + pd.Timedelta(1, "h")),
+        ]
+    )
+    runs = {"a": _label("a", "pair-A"), "b": _label("b", "pair-B", start=T0 + pd.Timedelta(1, "h"))}
+    start = int(T0.value // 1000)
+    windows = {
+        "a": RunWindow(start + 4_000_000, start + 12_000_000, "examples"),
+        "b": RunWindow(
+            start + 3600_000_000 + 4_000_000, start + 3600_000_000 + 9_000_000, "examples"
+        ),
+    }
+    fig, _ = timeseries_figure(frame, runs, ["top/proc/cpu_pct"], windows=windows)
+    a, b = fig.layout.shapes
+    assert a.x0 == b.x0 == 4.0 and a.label.textposition == b.label.textposition == "top left"
+    assert b.label.padding - a.label.padding >= 14  # a 10-px line apart, at least
+
+
+def test_phase_shares_are_of_each_runs_own_phase_span_and_the_panel_says_so():
+    from radt.frontend.phases import phase_bands
+    from radt.frontend.series import PHASES_TITLE
+
+    # run a: 10 s of phases (data 2.5 s, step 7.5 s); run b the same in 5 s. Together in view
+    # (0 → 10 s), b's shares of the view would sum to 50 %; of its own span they sum to 100 %.
+    def steps(run_id, seconds):
+        starts = np.arange(0.0, seconds, 1.0)
+        return pd.DataFrame(
+            {
+                "run_id": run_id,
+                "phase": np.repeat(["data", "step"], len(starts)),
+                "start": pd.to_datetime(
+                    T0.timestamp() + np.concatenate([starts, starts + 0.25]), unit="s", utc=True
+                ),
+                "end": pd.to_datetime(
+                    T0.timestamp() + np.concatenate([starts + 0.25, starts + 1.0]),
+                    unit="s",
+                    utc=True,
+                ),
+            }
+        )
+
+    runs = {"a": _label("a", "run-a"), "b": _label("b", "run-b")}
+    bands = phase_bands(pd.concat([steps("a", 10), steps("b", 5)]), runs)
+    assert bands.lanes == [
+        "run-a · data 25%",
+        "run-a · step 75%",
+        "run-b · data 25%",
+        "run-b · step 75%",
+    ]
+    zoomed = phase_bands(pd.concat([steps("a", 10), steps("b", 5)]), runs, lo=4.0, hi=8.0)
+    # run b in view: 4 → 5 s; data 4 → 4.25 s: 25 %
+    assert zoomed.lanes[2:] == ["run-b · data 25%", "run-b · step 75%"]
+    frame = _tidy("a", "top/proc/cpu_pct", range(10), range(10))
+    fig, _ = timeseries_figure(frame, runs, ["top/proc/cpu_pct"], phases=steps("a", 10))
+    assert PHASES_TITLE in annotations(fig) and "phase span in view" in PHASES_TITLE
+
+
 # --------------------------------------------------------------------------- compare charts
 
 
@@ -494,6 +558,42 @@ def test_slowdown_against_partition_size_with_the_one_to_one_line():
     assert placed["mig-A"] == pytest.approx((7 / 4, 1.5))  # 4g of 7
     assert placed["mig-B"] == pytest.approx((7 / 3, 2.1))  # 3g of 7
     assert placed["mps-A"] == pytest.approx((2.0, 1.7))  # 50 % of the SMs
+
+
+def test_slowdown_labels_cover_neither_each_other_nor_the_markers():
+    # pair-B (2, 1.8), mps-A (2, 1.7) and pair-A (2, 1.6) sit 0.1 apart on one x: 13 px
+    fig = slowdown_figure(study())
+    top = fig.layout.xaxis.range[1]
+    points = [
+        (name, x / top * PLOT_PX[0], y / top * PLOT_PX[1], where)
+        for t in fig.data[1:]
+        for name, x, y, where in zip(t.text, t.x, t.y, t.textposition, strict=True)
+    ]
+    boxes = {name: label_box(x, y, name, where) for name, x, y, where in points}
+    markers = {name: (x - 6, y - 6, x + 6, y + 6) for name, x, y, _ in points}
+
+    def apart(a, b):
+        return a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
+
+    for one, box in boxes.items():
+        assert all(apart(box, other) for name, other in boxes.items() if name != one), one
+        assert all(apart(box, m) for name, m in markers.items() if name != one), one
+    where = {name: w for name, _, _, w in points}
+    assert where["mps-B"] == "top center"  # the highest of the column keeps the usual place
+    assert len({where[n] for n in ("mps-B", "pair-B", "mps-A", "pair-A")}) > 1
+
+
+def test_slowdown_against_a_baseline_whose_repeats_spread_is_flagged_with_the_spread():
+    frame = study()
+    frame.loc[frame["run_name"] == "pair-A", "baseline_cv_pct"] = 33.07  # 2,630 and 1,633 ex/s
+    frame.loc[frame["run_name"] == "pair-B", "baseline_cv_pct"] = 3.4  # within 10 %
+    fig = slowdown_figure(frame)
+    flagged = [t for t in fig.data if "spread" in t.name]
+    assert [t.name for t in flagged] == ["naive (baseline spread > 10 %)"]
+    assert list(flagged[0].text) == ["pair-A"] and flagged[0].marker.symbol == "circle-open"
+    assert "baseline repeats spread 33.1 % (over 10 %)" in flagged[0].customdata[0][3]
+    assert "slowdown uncertain (pair-A 33 %)" in annotations(fig)
+    assert "spread" not in annotations(slowdown_figure(study()))
 
 
 def test_utilisation_per_run():

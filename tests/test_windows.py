@@ -27,6 +27,7 @@ from mlflow.tracking import MlflowClient
 from radt.analysis.export import run_export, run_runs
 from radt.analysis.summary import (
     COLUMNS,
+    NO_GPU_NOTE,
     configuration_label,
     job_of,
     loader_comparison,
@@ -489,6 +490,8 @@ def test_client_and_provider_figures_equal_the_hand_computed_ones(study):
     # the baseline is the mean of both repeats: 4.5 ms, 0.9 J per example
     baseline = f"{ids['alone1']} {ids['alone2']}"
     assert one["slowdown"] == pytest.approx(4.0 / 4.5) and one["baseline_run_id"] == baseline
+    # its repeats spread: sample std of (4, 5) ms = 0.7071 ms over 4.5 ms = 15.7 %, flagged
+    assert one["baseline_cv_pct"] == pytest.approx(15.713, abs=1e-3)
     two = row_of(frame, ids["alone2"])
     assert two["time_per_example_ns"] == pytest.approx(5e6)
     assert two["energy_per_example_nj"] == pytest.approx(1e9)
@@ -765,6 +768,29 @@ def test_cpu_per_example_counts_the_shared_loaders_tree_in_its_workload(store, c
     assert side["examples_per_s_ratio"] == pytest.approx(1.0)  # 200/s both ways
 
 
+def test_figures_missing_for_want_of_a_gpu_listener_say_so_in_the_notes(store, capsys):
+    # a CPU-only machine: a lone run and a naive pair with CPU samples and no GPU series; a
+    # "-" for energy, power and utilisation used to come with no reason at all
+    client, uri = store
+    s = Study(client, uri, "cpu-only")
+    lone = s.lone("alone", script(2.0, 12.0, 250.0, epochs=(4.0, 8.0, 12.0)), (0.0, 12.5))
+    shared = {"radt.workload": "w", "radt.collocation": "naive", "radt.workload_runs": "2"}
+    parent = s.run("w", [], (0.0, 22.0), shared)
+    for letter in "AB":
+        tags = s.tags((0.0, 20.5), radt__letter=letter, radt__command=COMMAND)
+        samples = script(2.0, 20.0, 100.0, epochs=(8.0, 14.0, 20.0)) + top(0.5, 20.5, 100.0)
+        s.close(s.run(f"w-{letter}", samples, (0.0, 20.5), {**shared, **tags}, parent), 20.5)
+    workload = s.close(parent, 22.0)
+    frame = summary("cpu-only", tracking_uri=uri)
+    assert len(frame) == 4 and frame["energy_j"].isna().all()
+    for row in frame.to_dict("records"):
+        assert NO_GPU_NOTE in row["window_note"], row["run_name"]
+    assert row_of(frame, lone)["examples_per_s"] == pytest.approx(250.0)  # the rest stands
+    assert row_of(frame, workload)["examples_per_s"] == pytest.approx(200.0)
+    assert run_runs(["-e", "cpu-only", "--tracking-uri", uri]) == 0
+    assert f"\n  every row: {NO_GPU_NOTE}\n" in capsys.readouterr().err
+
+
 def test_a_workload_whose_run_has_no_cpu_samples_has_its_cpu_missing_with_the_reason(store):
     client, uri = store
     s = Study(client, uri, "blind")
@@ -786,6 +812,7 @@ def test_a_workload_whose_run_has_no_cpu_samples_has_its_cpu_missing_with_the_re
     )
     assert row["examples_per_s"] == pytest.approx(200.0)  # the rest stands
     assert row_of(frame, ids[0])["cpu_s"] == pytest.approx(12.0)
+    assert NO_GPU_NOTE not in str(frame["window_note"].tolist())  # the GPU was recorded
 
 
 def test_loader_comparison_leaves_out_groups_with_one_kind_only():

@@ -10,6 +10,7 @@ from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from radt.frontend.data import DataError, Store
 
 from radt.analysis.attribution import CROSSCHECK_LIMIT_PCT
+from radt.analysis.summary import BASELINE_SPREAD_LIMIT_PCT
 from radt.words import count
 
 HIDDEN = {"height": "0px", "display": "none"}
@@ -53,6 +54,19 @@ CROSSCHECK_TIP = {
     "function": f"{_FLAGGED} ? 'energy cross-check: the integral of power is ' + "
     f"d3.format('+.1f')({_CHECK}) + ' % off the energy counter (over "
     f"{CROSSCHECK_LIMIT_PCT:g} %)' : null"
+}
+_SPREAD = "params.data.baseline_cv_pct"
+_SPREAD_OUT = f"{_SPREAD} != null && {_SPREAD} > {BASELINE_SPREAD_LIMIT_PCT:g}"
+SPREAD_STYLE = {
+    "styleConditions": [
+        {"condition": _SPREAD_OUT, "style": {"backgroundColor": "#fde2c8", "color": "#8a3b00"}}
+    ]
+}
+"""Orange where the baseline's repeats spread more than the limit (coefficient of variation)."""
+SPREAD_TIP = {
+    "function": f"{_SPREAD_OUT} ? 'against a baseline whose repeats spread ' + "
+    f"d3.format('.1f')({_SPREAD}) + ' % (over {BASELINE_SPREAD_LIMIT_PCT:g} %): the slowdown "
+    "is uncertain; run the baseline again' : null"
 }
 _ESTIMATE = {"fontStyle": "italic", "color": "#555"}
 """Estimates look apart from measurements."""
@@ -112,7 +126,8 @@ COLUMNS = [
     _col("mps_thread_pct", "MPS %", _INTEGER, width=95),
     _col("power_limit_w", "power limit (W)", width=130),
     _col("configuration", "configuration", width=140),
-    _col("job", "job", width=200),
+    _col("job", "job", minWidth=320, maxWidth=640, tooltipField="job"),
+    _col("params", "params", minWidth=160, maxWidth=640, tooltipField="params"),
     _col("duration_s", "duration (s)", _NUMBER, width=120),
     _col("basis", "basis", width=130),
     _col("window_s", "window (s)", _NUMBER, width=115),
@@ -134,7 +149,23 @@ COLUMNS = [
     _col("smact_mean_ratio", "SM activity", _RATIO, width=115),
     _col("gpu_mem_peak_mib", "GPU mem peak (MiB)", _INTEGER, width=160),
     _col("host_mem_peak_mib", "host mem peak (MiB)", _INTEGER, width=160),
-    _col("slowdown", "slowdown", _RATIO, width=110),
+    _col(
+        "slowdown",
+        "slowdown",
+        _RATIO,
+        width=110,
+        cellStyle=SPREAD_STYLE,
+        tooltipValueGetter=SPREAD_TIP,
+    ),
+    _col(
+        "baseline_cv_pct",
+        "baseline spread (%)",
+        {"function": _BLANK + "d3.format('.1f')(params.value)"},
+        width=160,
+        cellStyle=SPREAD_STYLE,
+        headerTooltip="coefficient of variation of the baseline's repeats (flagged over "
+        f"{BASELINE_SPREAD_LIMIT_PCT:g} %)",
+    ),
     _col("time_per_example_norm", "time/example vs alone", _RATIO, width=170),
     _col("energy_per_example_norm", "energy/example vs alone", _RATIO, width=180),
     _col("window_note", "why a figure is missing", minWidth=260),
@@ -158,6 +189,10 @@ def grid_columns(rows: list[dict]) -> list[dict]:
         else column
         for column in COLUMNS
     ]
+
+
+FULL_TEXT = ("job", "params")
+"""Columns as wide as their longest text (up to their maxWidth; the tooltip has the rest)."""
 
 
 def _cell(value):
@@ -251,6 +286,7 @@ def layout() -> html.Div:
                     "animateRows": False,
                     "tooltipShowDelay": 300,
                     "alwaysShowHorizontalScroll": True,
+                    "autoSizeStrategy": {"type": "fitCellContents", "colIds": list(FULL_TEXT)},
                 },
                 getRowStyle={
                     "styleConditions": [

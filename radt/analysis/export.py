@@ -317,7 +317,7 @@ def runs_table(frame: pd.DataFrame) -> str:
                 _number(row.examples_per_s),
                 _number(row.time_per_example_ns * 1e-6, 3),
                 _si(row.energy_per_example_nj * 1e-9, "J"),
-                _number(row.slowdown, 2),
+                _slowdown_cell(row),
                 str(row.basis or "-"),
                 str(row.run_id),
             ]
@@ -372,11 +372,42 @@ def _energy_columns(frame: pd.DataFrame, header: list[str], rows: list[list[str]
 
 
 def notes(frame: pd.DataFrame) -> list[str]:
-    """``name: why a figure is missing`` for each row of a summary frame that has a note."""
-    found = []
+    """``names: why a figure is missing``, one line per note of a summary frame's rows, in the
+    order first met: the rows that share a note are named together (``every row`` when all
+    do)."""
+    found: dict[str, list[str]] = {}
     for row in frame.itertuples(index=False):
         if isinstance(row.window_note, str) and row.window_note:
-            found.append(f"{row.run_name or row.run_id}: {row.window_note}")
+            for note in dict.fromkeys(row.window_note.split("; ")):
+                found.setdefault(note, []).append(str(row.run_name or row.run_id))
+    return [
+        f"{'every row' if len(names) == len(frame) > 1 else ', '.join(names)}: {note}"
+        for note, names in found.items()
+    ]
+
+
+def _slowdown_cell(row) -> str:
+    """``1.71`` or, against a baseline whose repeats spread over the limit, ``1.71 *``."""
+    from radt.analysis.summary import baseline_spread_flagged
+
+    text = _number(row.slowdown, 2)
+    return f"{text} *" if baseline_spread_flagged(getattr(row, "baseline_cv_pct", None)) else text
+
+
+def spread_notes(frame: pd.DataFrame) -> list[str]:
+    """``name: slowdown 1.71 against 2 baseline repeats that spread 20.2 %`` for each row whose
+    baseline's repeats spread over the limit (coefficient of variation, docs/analysis.md)."""
+    from radt.analysis.summary import baseline_spread_flagged
+
+    found = []
+    for row in frame.itertuples(index=False):
+        pct = getattr(row, "baseline_cv_pct", None)
+        if baseline_spread_flagged(pct) and math.isfinite(row.slowdown):
+            repeats = len(str(row.baseline_run_id or "").split())
+            found.append(
+                f"{row.run_name or row.run_id}: slowdown {row.slowdown:.2f} against "
+                f"{repeats} baseline repeats that spread {pct:.1f} %"
+            )
     return found
 
 
@@ -432,6 +463,16 @@ def run_runs(argv: list[str]) -> int:
     found = notes(frame)
     if found:
         print("\nmissing figures:\n  " + "\n  ".join(found), file=sys.stderr)
+    spread = spread_notes(frame)
+    if spread:
+        from radt.analysis.summary import BASELINE_SPREAD_LIMIT_PCT
+
+        print(
+            f"\n* baseline repeats spread over {BASELINE_SPREAD_LIMIT_PCT:g} % (coefficient of "
+            "variation): the slowdown is uncertain; run the baseline again"
+            "\n  " + "\n  ".join(spread),
+            file=sys.stderr,
+        )
     checked = crosscheck_notes(frame)
     if checked:
         from radt.analysis.attribution import CROSSCHECK_LIMIT_PCT

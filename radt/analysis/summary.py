@@ -141,6 +141,7 @@ COLUMNS = (
     "host_mem_peak_mib",
     "slowdown",
     "baseline_run_id",
+    "baseline_cv_pct",
     "examples_per_s_norm",
     "time_per_example_norm",
     "energy_per_example_norm",
@@ -428,6 +429,10 @@ def _whole_run(record: Record) -> bool:
     )
 
 
+NO_GPU_NOTE = "no GPU listener (nvml, dcgm, smi) recorded: no GPU energy, power or utilisation"
+"""The note of a row whose GPU figures are missing because no GPU was recorded at all."""
+
+
 def _has_device(series: Mapping) -> bool:
     return any(q in ("energy_j", "power_w") for (_, gpu, q) in series if gpu.startswith("gpu"))
 
@@ -625,17 +630,45 @@ def _mean(values: Iterable[float]) -> float:
     return float(sum(values) / len(values)) if values else NAN
 
 
+BASELINE_SPREAD_LIMIT_PCT = 10.0
+"""A baseline whose repeats' coefficient of variation is over this is flagged (docs/analysis.md)."""
+
+
+def baseline_spread_pct(works: Iterable[float]) -> float:
+    """The coefficient of variation of a baseline's repeats, in %: 100 × sample std / mean.
+
+    ``works`` are the repeats' times per unit of work (ns per example, or window
+    seconds on the duration bases); NaN with fewer than two finite ones.
+    """
+    values = [v for v in works if math.isfinite(v)]
+    if len(values) < 2:
+        return NAN
+    mean = sum(values) / len(values)
+    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return 100.0 * math.sqrt(variance) / mean if mean else NAN
+
+
+def baseline_spread_flagged(pct: Any) -> bool:
+    """Whether a baseline's spread (%) is over :data:`BASELINE_SPREAD_LIMIT_PCT`."""
+    try:
+        value = float(pct)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(value) and value > BASELINE_SPREAD_LIMIT_PCT
+
+
 def _slowdown(record: Record, candidates: Sequence[Record]) -> dict[str, Any]:
     found, why = choose_baseline(
         candidates, record.experiment_id, record.job, record.basis, record.power
     )
     if not found:
         record.notes.append(why)
-        return {"slowdown": NAN, "baseline_run_id": None}
+        return {"slowdown": NAN, "baseline_run_id": None, "baseline_cv_pct": NAN}
     base = _mean(c.work for c in found)
     return {
         "slowdown": record.work / base,
         "baseline_run_id": " ".join(c.run_id for c in found),
+        "baseline_cv_pct": baseline_spread_pct(c.work for c in found),
     }
 
 
@@ -757,6 +790,7 @@ def _row(record: Record, configuration: str) -> dict:
         "energy_method": record.method,
         "slowdown": NAN,
         "baseline_run_id": None,
+        "baseline_cv_pct": NAN,
         "experiment_id": info.experiment_id,
         "slurm_job_id": run.data.tags.get("radt.slurm.job_id"),
         "slurm_node": run.data.tags.get("radt.slurm.node"),
@@ -812,6 +846,8 @@ def summary(
           its window) over the mean of its baseline's repeats
           (``baseline_run_id``, space-separated): the FINISHED ``none`` runs of
           its Job on the same basis at the same power limit, else at the default;
+          ``baseline_cv_pct``: how far those repeats spread (coefficient of
+          variation, %; flagged over :data:`BASELINE_SPREAD_LIMIT_PCT`);
         - ``*_norm``: figures over the Job's ``none`` baseline at the default
           power limit (a provider: over what the baselines would need for the
           same examples);
@@ -898,6 +934,7 @@ def summary(
             row["command"] = " | ".join(k.tags.get("radt.command", "?") for k in clients) or None
             row["params"] = None
             row.update(_norm_provider(record, clients, baselines))
+            parent = None
         else:
             parent = records.get(record.tags.get("mlflow.parentRunId") or "")
             kin = (
@@ -909,6 +946,11 @@ def summary(
             if record.level != "loader":
                 row.update(_slowdown(record, baselines))
                 row.update(_norm_client(record, baselines))
+        gpu = _has_device(record.series) or (
+            record.level == "client" and parent is not None and _has_device(parent.series)
+        )
+        if not gpu and record.level != "loader":
+            record.notes.append(NO_GPU_NOTE)
         row["window_note"] = "; ".join(dict.fromkeys(record.notes)) or None
         rows[record.run_id] = row
 

@@ -8,6 +8,7 @@ and skips when Slurm is not installed, unless ``CI`` is set: CI installs it
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 
@@ -269,8 +270,33 @@ def test_detach_returns_and_the_same_command_later_waits_without_resubmitting(ws
     assert {t.split()[0] for t in status_block(ws).values()} <= {"PENDING", "RUNNING"}
     again = ws.run(["study.yaml", "--slurm"], timeout=300)
     assert again.returncode == 0, again.stderr
-    assert "2 workloads already in Slurm" in again.stderr or "Slurm job" not in again.stderr
+    assert not re.search(r"^radt: workload \S+: Slurm job \d+_\d+$", again.stderr, re.M)
     runs = workload_runs(ws)
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
     assert len({r.data.tags["radt.slurm.array_job_id"] for r in runs}) == 1
     assert {t.split()[0] for t in status_block(ws).values()} == {"FINISHED"}
+
+
+PLAN = """\
+Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params
+gpus, first, , , 0, none, work.py, smi, --seconds 4
+gpus, second, , , 0, none, work.py, smi, --seconds 4
+"""
+
+
+def test_a_plan_on_devices_0_runs_each_workload_on_its_own_job_gpu(ws, slurm):
+    ws.script("work.py", WORK)
+    (ws.root / "plan.csv").write_text(PLAN)
+    ws.env.update(PATH=f"{FAKES}{os.pathsep}{ws.env['PATH']}", FAKE_NVIDIA_SMI_GPUS="4")
+    ws.env.pop("CUDA_VISIBLE_DEVICES", None)
+    done = ws.run(["plan.csv", "--slurm", "--interval", "0.2"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    runs = workload_runs(ws, "gpus")
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+    gpus = {r.data.tags["radt.slurm.gpus"] for r in runs}
+    assert len(gpus) == 2  # both ran at once (gpu:1 each, derived), on different GPUs
+    for run in runs:
+        gpu = run.data.tags["radt.slurm.gpus"]
+        assert run.data.tags["radt.devices"] == gpu  # Devices 0 = the job's first GPU
+    text = (ws.root / "plan.csv").read_text()
+    assert text.count("FINISHED") == 2 and all(r.info.run_id in text for r in runs)

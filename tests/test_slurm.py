@@ -300,3 +300,20 @@ def test_a_plan_on_devices_0_runs_each_workload_on_its_own_job_gpu(ws, slurm):
         assert run.data.tags["radt.devices"] == gpu  # Devices 0 = the job's first GPU
     text = (ws.root / "plan.csv").read_text()
     assert text.count("FINISHED") == 2 and all(r.info.run_id in text for r in runs)
+
+
+def test_mig_repartitioning_is_refused_before_submitting_unless_exclusive(ws, slurm):
+    ws.script("work.py", WORK)
+    (ws.root / "plan.csv").write_text(
+        "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params\n"
+        "mig, halves, , , 0, 3g.20gb, work.py, none, --seconds 1\n"
+    )
+    ws.env.update(PATH=f"{FAKES}{os.pathsep}{ws.env['PATH']}", FAKE_NVIDIA_SMI_MIG="1")
+    done = ws.run(["plan.csv", "--slurm"])
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()[-1:]
+    assert "re-partitions MIG" in line and "exclusive: true" in line
+    assert slurm.idle()
+    dry = ws.run(["plan.csv", "--slurm", "--dry-run", "--slurm-option", "exclusive=true"])
+    assert dry.returncode == 0, dry.stderr
+    assert "--exclusive" in dry.stdout and "--gres=gpu:1" in dry.stdout

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slurm
 SLEEPER = "import sys, time\ntime.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 2)\n"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def slurm() -> Iterator[SlurmCluster]:
     reason = missing_reason()
     if reason:
@@ -177,6 +177,7 @@ def test_a_study_runs_as_a_throttled_job_array_and_writes_its_status(ws, slurm):
     assert len(statuses) == 4
     assert all(text.startswith("FINISHED ") for text in statuses.values())
     assert "Slurm job" in done.stderr and "4 finished" in done.stderr
+    assert "shared filesystem" in done.stderr  # the one warning for a SQLite store
 
 
 def test_a_failed_workload_is_resubmitted_with_rerun_only(ws, slurm):
@@ -317,3 +318,27 @@ def test_mig_repartitioning_is_refused_before_submitting_unless_exclusive(ws, sl
     dry = ws.run(["plan.csv", "--slurm", "--dry-run", "--slurm-option", "exclusive=true"])
     assert dry.returncode == 0, dry.stderr
     assert "--exclusive" in dry.stdout and "--gres=gpu:1" in dry.stdout
+
+
+def test_scontrol_and_sacct_lines_give_each_array_task_its_state():
+    from radt.slurm.commands import parse_sacct, parse_scontrol
+
+    shown = (
+        "JobId=12 ArrayJobId=11 ArrayTaskId=1 JobName=radt-plan UserId=root(0) "
+        "JobState=TIMEOUT Reason=TimeLimit Dependency=(null) ExitCode=0:15\n"
+        "JobId=11 ArrayJobId=11 ArrayTaskId=2-3%2 JobName=radt-plan UserId=root(0) "
+        "JobState=PENDING Reason=JobArrayTaskLimit Dependency=(null) ExitCode=0:0\n"
+    )
+    tasks = {t.job_id: t for t in parse_scontrol(shown)}
+    assert sorted(tasks) == ["11_1", "11_2", "11_3"]
+    assert tasks["11_1"].state == "TIMEOUT" and not tasks["11_1"].active
+    assert tasks["11_3"].state == "PENDING" and tasks["11_3"].active
+    found = parse_sacct("11_0|COMPLETED|0:0\n11_1|CANCELLED by 0|0:15\n11|RUNNING|0:0\n")
+    assert [(t.job_id, t.state) for t in found] == [("11_0", "COMPLETED"), ("11_1", "CANCELLED")]
+
+
+def test_the_node_gets_radts_options_less_the_submitting_ones():
+    from radt.cli import node_args
+
+    own = ["--slurm", "--slurm-option", "time=1:00", "--rerun", "-l", "smi", "--modes=none"]
+    assert node_args([*own, "--interval", "0.5", "--detach"]) == ["-l", "smi", "--interval", "0.5"]

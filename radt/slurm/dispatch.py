@@ -287,6 +287,14 @@ class Dispatch:
         )
         parents = [r for r in found if "radt.plan_line" not in r.data.tags]
         parent = max(parents, key=lambda r: r.info.start_time, default=None)
+        for run in found:  # an earlier attempt of a requeued (e.g. preempted) job
+            if parent is not None and run.info.run_id != parent.info.run_id:
+                earlier = run.data.tags.get("mlflow.parentRunId") != parent.info.run_id
+                if earlier and "radt.slurm.state" not in run.data.tags:
+                    self.client.set_tag(run.info.run_id, "radt.slurm.state", "REQUEUED")
+                    self.client.set_tag(
+                        run.info.run_id, "radt.stop_reason", f"Slurm requeued job {job}"
+                    )
         rows: dict[int, object] = {}
         for run in sorted(found, key=lambda r: r.info.start_time):
             line = run.data.tags.get("radt.plan_line")

@@ -342,3 +342,20 @@ def test_the_node_gets_radts_options_less_the_submitting_ones():
 
     own = ["--slurm", "--slurm-option", "time=1:00", "--rerun", "-l", "smi", "--modes=none"]
     assert node_args([*own, "--interval", "0.5", "--detach"]) == ["-l", "smi", "--interval", "0.5"]
+
+
+def test_a_node_without_what_the_workload_needs_fails_it_with_the_nodes_reason(ws, slurm):
+    from conftest import path_without_nvidia_tools
+
+    ws.script("work.py", WORK)
+    (ws.root / "plan.csv").write_text(
+        "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params\n"
+        "nodes, watched, , , , none, work.py, smi, --seconds 1\n"
+    )
+    ws.env["PATH"] = path_without_nvidia_tools()  # the login node does not check: the node does
+    done = ws.run(["plan.csv", "--slurm"], timeout=300)
+    assert done.returncode == 1, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "before radT started" in line]
+    assert "listener not available here: smi" in line
+    assert "FAILED" in (ws.root / "plan.csv").read_text().splitlines()[1]
+    assert not ws.runs("nodes")

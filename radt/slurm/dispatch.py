@@ -339,8 +339,8 @@ class Dispatch:
             never_ran = state is not None and state.state == "CANCELLED"
             status = "" if never_ran else ("KILLED" if ending in ENDINGS_KILLED else FAILED)
             if status == FAILED:
-                log = self.folder / "logs" / f"{job}.out"
-                say(f"workload {label}: Slurm job {job} {ending} before radT started; see {log}")
+                why = self._why(job)
+                say(f"workload {label}: Slurm job {job} {ending} before radT started: {why}")
             plan.record(workload, {row.line: (status, "") for row in workload.rows})
             if self.record is not None:
                 self.record(workload.name, status or "", "")
@@ -361,6 +361,18 @@ class Dispatch:
             self.record(workload.name, status, parent.info.run_id)
         self.ended[label] = status
         say(f"workload {label}: {status} (Slurm job {job} {ending})")
+
+    def _why(self, job: str) -> str:
+        """The node's reason for a job that ended before radT ran a workload: radT's error
+        line in the job's output, else its last line, else where the output is."""
+        log = self.folder / "logs" / f"{job}.out"
+        try:
+            lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
+        except OSError:
+            return f"no output at {log}"
+        errors = [line for line in lines if line.startswith("radt: error:")]
+        last = errors[-1] if errors else next((line for line in reversed(lines) if line), "")
+        return f"{last[:500]} (see {log})" if last else f"see {log}"
 
     # ------------------------------------------------------------------ job files
 

@@ -8,6 +8,7 @@ and skips when Slurm is not installed, unless ``CI`` is set: CI installs it
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.slurm
 SLEEPER = "import sys, time\ntime.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 2)\n"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def slurm() -> Iterator[SlurmCluster]:
     reason = missing_reason()
     if reason:
@@ -176,6 +177,7 @@ def test_a_study_runs_as_a_throttled_job_array_and_writes_its_status(ws, slurm):
     assert len(statuses) == 4
     assert all(text.startswith("FINISHED ") for text in statuses.values())
     assert "Slurm job" in done.stderr and "4 finished" in done.stderr
+    assert "shared filesystem" in done.stderr  # the one warning for a SQLite store
 
 
 def test_a_failed_workload_is_resubmitted_with_rerun_only(ws, slurm):
@@ -269,8 +271,91 @@ def test_detach_returns_and_the_same_command_later_waits_without_resubmitting(ws
     assert {t.split()[0] for t in status_block(ws).values()} <= {"PENDING", "RUNNING"}
     again = ws.run(["study.yaml", "--slurm"], timeout=300)
     assert again.returncode == 0, again.stderr
-    assert "2 workloads already in Slurm" in again.stderr or "Slurm job" not in again.stderr
+    assert not re.search(r"^radt: workload \S+: Slurm job \d+_\d+$", again.stderr, re.M)
     runs = workload_runs(ws)
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
     assert len({r.data.tags["radt.slurm.array_job_id"] for r in runs}) == 1
     assert {t.split()[0] for t in status_block(ws).values()} == {"FINISHED"}
+
+
+PLAN = """\
+Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params
+gpus, first, , , 0, none, work.py, smi, --seconds 4
+gpus, second, , , 0, none, work.py, smi, --seconds 4
+"""
+
+
+def test_a_plan_on_devices_0_runs_each_workload_on_its_own_job_gpu(ws, slurm):
+    ws.script("work.py", WORK)
+    (ws.root / "plan.csv").write_text(PLAN)
+    ws.env.update(PATH=f"{FAKES}{os.pathsep}{ws.env['PATH']}", FAKE_NVIDIA_SMI_GPUS="4")
+    ws.env.pop("CUDA_VISIBLE_DEVICES", None)
+    done = ws.run(["plan.csv", "--slurm", "--interval", "0.2"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    runs = workload_runs(ws, "gpus")
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+    gpus = {r.data.tags["radt.slurm.gpus"] for r in runs}
+    assert len(gpus) == 2  # both ran at once (gpu:1 each, derived), on different GPUs
+    for run in runs:
+        gpu = run.data.tags["radt.slurm.gpus"]
+        assert run.data.tags["radt.devices"] == gpu  # Devices 0 = the job's first GPU
+    text = (ws.root / "plan.csv").read_text()
+    assert text.count("FINISHED") == 2 and all(r.info.run_id in text for r in runs)
+
+
+def test_mig_repartitioning_is_refused_before_submitting_unless_exclusive(ws, slurm):
+    ws.script("work.py", WORK)
+    (ws.root / "plan.csv").write_text(
+        "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params\n"
+        "mig, halves, , , 0, 3g.20gb, work.py, none, --seconds 1\n"
+    )
+    ws.env.update(PATH=f"{FAKES}{os.pathsep}{ws.env['PATH']}", FAKE_NVIDIA_SMI_MIG="1")
+    done = ws.run(["plan.csv", "--slurm"])
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()[-1:]
+    assert "re-partitions MIG" in line and "exclusive: true" in line
+    assert slurm.idle()
+    dry = ws.run(["plan.csv", "--slurm", "--dry-run", "--slurm-option", "exclusive=true"])
+    assert dry.returncode == 0, dry.stderr
+    assert "--exclusive" in dry.stdout and "--gres=gpu:1" in dry.stdout
+
+
+def test_scontrol_and_sacct_lines_give_each_array_task_its_state():
+    from radt.slurm.commands import parse_sacct, parse_scontrol
+
+    shown = (
+        "JobId=12 ArrayJobId=11 ArrayTaskId=1 JobName=radt-plan UserId=root(0) "
+        "JobState=TIMEOUT Reason=TimeLimit Dependency=(null) ExitCode=0:15\n"
+        "JobId=11 ArrayJobId=11 ArrayTaskId=2-3%2 JobName=radt-plan UserId=root(0) "
+        "JobState=PENDING Reason=JobArrayTaskLimit Dependency=(null) ExitCode=0:0\n"
+    )
+    tasks = {t.job_id: t for t in parse_scontrol(shown)}
+    assert sorted(tasks) == ["11_1", "11_2", "11_3"]
+    assert tasks["11_1"].state == "TIMEOUT" and not tasks["11_1"].active
+    assert tasks["11_3"].state == "PENDING" and tasks["11_3"].active
+    found = parse_sacct("11_0|COMPLETED|0:0\n11_1|CANCELLED by 0|0:15\n11|RUNNING|0:0\n")
+    assert [(t.job_id, t.state) for t in found] == [("11_0", "COMPLETED"), ("11_1", "CANCELLED")]
+
+
+def test_the_node_gets_radts_options_less_the_submitting_ones():
+    from radt.cli import node_args
+
+    own = ["--slurm", "--slurm-option", "time=1:00", "--rerun", "-l", "smi", "--modes=none"]
+    assert node_args([*own, "--interval", "0.5", "--detach"]) == ["-l", "smi", "--interval", "0.5"]
+
+
+def test_a_node_without_what_the_workload_needs_fails_it_with_the_nodes_reason(ws, slurm):
+    from conftest import path_without_nvidia_tools
+
+    ws.script("work.py", WORK)
+    (ws.root / "plan.csv").write_text(
+        "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params\n"
+        "nodes, watched, , , , none, work.py, smi, --seconds 1\n"
+    )
+    ws.env["PATH"] = path_without_nvidia_tools()  # the login node does not check: the node does
+    done = ws.run(["plan.csv", "--slurm"], timeout=300)
+    assert done.returncode == 1, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "before radT started" in line]
+    assert "listener not available here: smi" in line
+    assert "FAILED" in (ws.root / "plan.csv").read_text().splitlines()[1]
+    assert not ws.runs("nodes")

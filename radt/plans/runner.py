@@ -9,6 +9,7 @@ loader row starts its shared loader first (see :mod:`radt.plans.loader`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -88,7 +89,7 @@ def run_plan(options: PlanOptions) -> int:
         problems = [format_problems(options.path, [p]).splitlines()[1] for p in exc.problems]
     pending = _selected(plan, options)
     found = discover(options.listener_options)
-    problems += check_plan(plan, pending, options, found)
+    problems += check_plan(plan, pending, options, found, read_gpus=options.slurm is None)
     if problems:
         raise UsageError(_report(options.path, problems))
     if options.slurm is not None:
@@ -186,15 +187,25 @@ def _interrupt(signum: int, _frame) -> None:
 
 
 def check_plan(
-    plan: Plan, pending: list[Workload], options: PlanOptions, found: dict[str, Discovered]
+    plan: Plan,
+    pending: list[Workload],
+    options: PlanOptions,
+    found: dict[str, Discovered],
+    read_gpus: bool = True,
 ) -> list[str]:
     """Problems with commands, listeners and devices of the pending workloads, one per line.
 
-    Reads the GPU, changes nothing.
+    Reads the GPU (unless ``read_gpus`` is false: submitting to Slurm, where the node checks
+    its own GPUs), changes nothing.
     """
     name = str(plan.path)
     problems = []
     running: list[str] = []
+    if not read_gpus:  # whether a loaded listener can run is for the node to say
+        found = {
+            n: dataclasses.replace(d, reason=None) if d.listener is not None else d
+            for n, d in found.items()
+        }
     for workload in pending:
         for row in workload.rows:
             try:
@@ -212,7 +223,8 @@ def check_plan(
         except UsageError as exc:
             problems.append(f"{name} {exc}")
             continue
-        problems += collocation.check(_requests(workload), limits, name)
+        if read_gpus:
+            problems += collocation.check(_requests(workload), limits, name)
     if pending:
         try:
             check_options(options.listener_options, running)

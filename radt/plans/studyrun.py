@@ -492,7 +492,8 @@ def run_study(options: StudyOptions) -> int:
     if plan_path.suffix.lower() != ".csv":
         raise UsageError(f"--plan {plan_path}: the plan is a CSV file (e.g. study.plan.csv)")
     found = discover(options.plan.listener_options)
-    checked = check_study(study, found, strict=not options.dry_run)
+    # Submitting to Slurm: whether a listener can run is the node's to say (see check_plan).
+    checked = check_study(study, found, strict=not (options.dry_run or options.plan.slurm))
     if checked.problems:
         raise StudyError(study.path, checked.problems)
     if options.plan.slurm is not None:  # an unknown option: one line before anything happens
@@ -548,7 +549,8 @@ class _Run:
                 + " (--rerun runs FAILED ones again, --rerun-all every one)"
             )
             return 0
-        problems = check_plan(plan, pending, self.options, self.found)
+        slurm = self.options.slurm is not None
+        problems = check_plan(plan, pending, self.options, self.found, read_gpus=not slurm)
         if self.options.slurm is not None and self.study.batch is not None:
             problems.append(
                 f"{self.study.path}: batch_size: the batch-size search runs on one GPU; run it "

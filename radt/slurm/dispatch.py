@@ -287,6 +287,14 @@ class Dispatch:
         )
         parents = [r for r in found if "radt.plan_line" not in r.data.tags]
         parent = max(parents, key=lambda r: r.info.start_time, default=None)
+        for run in found:  # an earlier attempt of a requeued (e.g. preempted) job
+            if parent is not None and run.info.run_id != parent.info.run_id:
+                earlier = run.data.tags.get("mlflow.parentRunId") != parent.info.run_id
+                if earlier and "radt.slurm.state" not in run.data.tags:
+                    self.client.set_tag(run.info.run_id, "radt.slurm.state", "REQUEUED")
+                    self.client.set_tag(
+                        run.info.run_id, "radt.stop_reason", f"Slurm requeued job {job}"
+                    )
         rows: dict[int, object] = {}
         for run in sorted(found, key=lambda r: r.info.start_time):
             line = run.data.tags.get("radt.plan_line")
@@ -331,8 +339,8 @@ class Dispatch:
             never_ran = state is not None and state.state == "CANCELLED"
             status = "" if never_ran else ("KILLED" if ending in ENDINGS_KILLED else FAILED)
             if status == FAILED:
-                log = self.folder / "logs" / f"{job}.out"
-                say(f"workload {label}: Slurm job {job} {ending} before radT started; see {log}")
+                why = self._why(job)
+                say(f"workload {label}: Slurm job {job} {ending} before radT started: {why}")
             plan.record(workload, {row.line: (status, "") for row in workload.rows})
             if self.record is not None:
                 self.record(workload.name, status or "", "")
@@ -353,6 +361,18 @@ class Dispatch:
             self.record(workload.name, status, parent.info.run_id)
         self.ended[label] = status
         say(f"workload {label}: {status} (Slurm job {job} {ending})")
+
+    def _why(self, job: str) -> str:
+        """The node's reason for a job that ended before radT ran a workload: radT's error
+        line in the job's output, else its last line, else where the output is."""
+        log = self.folder / "logs" / f"{job}.out"
+        try:
+            lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
+        except OSError:
+            return f"no output at {log}"
+        errors = [line for line in lines if line.startswith("radt: error:")]
+        last = errors[-1] if errors else next((line for line in reversed(lines) if line), "")
+        return f"{last[:500]} (see {log})" if last else f"see {log}"
 
     # ------------------------------------------------------------------ job files
 

@@ -12,7 +12,7 @@ from radt.launch.launcher import open_store
 from radt.launch.registry import discover
 from radt.plans.model import Workload
 from radt.plans.read import read_plan
-from radt.plans.runner import PlanOptions, run_workloads
+from radt.plans.runner import PlanOptions, _report, check_plan, run_workloads
 from radt.slurm.jobenv import job_gpus
 
 
@@ -48,4 +48,7 @@ def run_task(tasks_path: Path, options: PlanOptions) -> int:
         tags={**options.tags, **tasks.get("tags", {})},
     )
     found = discover(options.listener_options)
+    problems = check_plan(plan, [workload], options, found)  # this node's GPUs, tools, rights
+    if problems:
+        raise RadtError(_report(plan.path, problems).replace("\n", "; "))
     return run_workloads(plan, [workload], options, found, open_store(options.tracking_uri))

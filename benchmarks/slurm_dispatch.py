@@ -1,0 +1,147 @@
+"""Slurm dispatch: from sbatch to radT's first sample on the node, and a study's makespan.
+
+    python benchmarks/slurm_dispatch.py                       # ~3 min on 2 cores
+    python benchmarks/slurm_dispatch.py --repeats 10 --workloads 8 --seconds 10
+
+Starts the tests' real single-node Slurm (``tests/slurmcluster.py``: munged,
+slurmctld, slurmd, ``--gpus`` fake GPUs as GRES) and measures two things.
+
+**Dispatch overhead** (``--repeats`` rounds, one after the other): ``sbatch --wrap
+"python -m radt -l top --interval 0.1 sleeper.py 2"`` from the moment sbatch is called
+to the timestamp of the run's first sample in MLflow, split into sbatch → job start
+(``scontrol``'s ``StartTime``, whole seconds), → run created and → first sample.
+
+**Makespan**: a plan of ``--workloads`` workloads (each ``sleeper.py --seconds S`` on
+``Devices`` 0, so each job asks for ``gpu:1``) run with ``radt plan.csv --slurm``, from
+invoking radT to its exit, against ``N/K ×`` the workload's own time: the same
+workload run locally by ``radt one.csv`` (its mean over ``--repeats`` rounds), K being
+``--gpus``. The machine's CPUs also bound how many jobs run at once (one CPU a job).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from _common import arguments, base_env, median, python_bin, results, scratch, spread, sqlite_store
+from slurmcluster import SlurmCluster
+
+SLEEPER = """\
+import argparse, time
+parser = argparse.ArgumentParser()
+parser.add_argument("--seconds", type=float, default=2)
+time.sleep(parser.parse_args().seconds)
+"""
+COLUMNS = "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params\n"
+
+
+def first_sample_s(client, run_id: str) -> float | None:
+    """The time (s since the epoch) of the run's first metric point."""
+    run = client.get_run(run_id)
+    times = [
+        point.timestamp
+        for key in run.data.metrics
+        for point in client.get_metric_history(run_id, key)
+    ]
+    return min(times) / 1000 if times else None
+
+
+def dispatch_round(folder: Path, env: dict[str, str], client) -> tuple[float, float, float]:
+    """(sbatch → job start, → run created, → first sample) in seconds, for one job."""
+    before = {r.info.run_id for r in client.search_runs(["0"])}
+    radt = f"{python_bin()} -m radt -l top --interval 0.1 sleeper.py --seconds 2"
+    called = time.time()
+    done = subprocess.run(
+        ["sbatch", "--parsable", "-o", "dispatch-%j.out", "--wrap", radt],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    job = done.stdout.strip()
+    while True:
+        queued = subprocess.run(
+            ["squeue", "-h", "-j", job], env=env, capture_output=True, text=True
+        ).stdout.strip()
+        if not queued:
+            break
+        time.sleep(0.2)
+    shown = subprocess.run(
+        ["scontrol", "show", "job", "-o", job], env=env, capture_output=True, text=True
+    ).stdout
+    start = datetime.fromisoformat(re.search(r"StartTime=(\S+)", shown)[1]).timestamp()
+    (run,) = [r for r in client.search_runs(["0"]) if r.info.run_id not in before]
+    first = first_sample_s(client, run.info.run_id)
+    return start - called, run.info.start_time / 1000 - called, (first or float("nan")) - called
+
+
+def wall_s(argv: list[str], folder: Path, env: dict[str, str]) -> float:
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{done.stderr[-3000:]}")
+    return time.monotonic() - started
+
+
+def main() -> int:
+    parser = arguments(__doc__, machine=False)
+    parser.add_argument("--repeats", type=int, default=5, help="dispatch rounds (default 5)")
+    parser.add_argument("--workloads", type=int, default=8, help="N (default 8)")
+    parser.add_argument("--gpus", type=int, default=2, help="K fake GPUs (default 2)")
+    parser.add_argument("--seconds", type=float, default=10, help="each workload's sleep")
+    args = parser.parse_args()
+    with scratch("slurm", keep=args.keep) as folder, SlurmCluster(gpus=args.gpus) as slurm:
+        uri = sqlite_store(folder / "store")
+        env = {**base_env(folder, uri), **slurm.client_env()}
+        env = {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+        (folder / "sleeper.py").write_text(SLEEPER)
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(uri)
+        rounds = [dispatch_round(folder, env, client) for _ in range(args.repeats)]
+        row = f"bench, w{{i}}, , , 0, none, sleeper.py, none, --seconds {args.seconds:g}\n"
+        (folder / "one.csv").write_text(COLUMNS + row.format(i=0))
+        radt = [python_bin(), "-m", "radt"]
+        own = []
+        for _ in range(args.repeats):
+            (folder / "one.csv").write_text(COLUMNS + row.format(i=0))
+            own.append(wall_s([*radt, "one.csv"], folder, env))
+        plan = COLUMNS + "".join(row.format(i=i) for i in range(args.workloads))
+        (folder / "plan.csv").write_text(plan)
+        makespan = wall_s([*radt, "plan.csv", "--slurm"], folder, env)
+    ideal = args.workloads / args.gpus * median(own)
+    notes = (
+        f"Measured on this loaded shared machine (other work ran beside it). Dispatch: "
+        f"{args.repeats} jobs one after the other (median, min–max). Makespan: N="
+        f"{args.workloads} workloads of `sleep {args.seconds:g}` on K={args.gpus} fake GPUs, "
+        "`radt plan.csv --slurm` from start to exit, against N/K × the same workload's own "
+        f"time under `radt one.csv` (median of {args.repeats})."
+    )
+    pieces = list(zip(*rounds, strict=True))
+    table_rows = [
+        [name, f"{median(values):.2f}", spread(values, ".2f")]
+        for name, values in zip(
+            ("sbatch → job start (s)", "sbatch → run created (s)", "sbatch → first sample (s)"),
+            pieces,
+            strict=True,
+        )
+    ]
+    table_rows += [
+        ["workload's own time under radT (s)", f"{median(own):.1f}", spread(own, ".1f")],
+        [f"N/K × own time (s), N={args.workloads}, K={args.gpus}", f"{ideal:.1f}", "–"],
+        ["makespan with --slurm (s)", f"{makespan:.1f}", "–"],
+        ["makespan / (N/K × own)", f"{makespan / ideal:.2f}", "–"],
+    ]
+    print(results("Slurm dispatch and makespan", notes, ["figure", "median", "range"], table_rows))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    sys.exit(main())

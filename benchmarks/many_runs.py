@@ -10,8 +10,8 @@ steps (tests/test_windows.py's ``Study``: samples handed to the recorder, then t
 through ``radt.record.finalize``, which computes and stores the figures): one lone run and
 one workload of two collocated runs, 60 s each at 10 samples a second. Those are copied, with
 their tags, params, headline metrics and artifacts, into ``--runs`` runs (a quarter lone runs,
-the rest workloads of three runs) through MLflow's batch calls on a pool of threads; a copy's
-``radt.figures`` tag names its own run ids.
+the rest workloads of three runs, in 50 Jobs: 5 repeats of each baseline) through MLflow's
+batch calls on a pool of threads; a copy's ``radt.figures`` tag names its own run ids.
 
 Each code version (``--before``: a Python whose ``radt`` is the code before, e.g. a venv
 with main installed; ``--after``: this checkout's) measures in a process of its own, with
@@ -45,6 +45,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 EXPERIMENT = "many-runs"
 THREADS = 8
+JOBS = 50
+"""Distinct Jobs (tag ``radt.job``): 5 repeats of each lone run and 5 workloads of each."""
 
 MEASURE = r"""
 import json, subprocess, sys, time
@@ -120,13 +122,17 @@ def record_templates(client, uri: str) -> list[list]:
     return [[client.get_run(lone)], [client.get_run(i) for i in (pair, *kids)]]
 
 
-def copy_family(client, experiment_id: str, family: list, folders: dict[str, Path]) -> None:
-    """One copy of a family of runs: tags, params, latest metrics, artifacts, status."""
+def copy_family(
+    client, experiment_id: str, family: list, folders: dict[str, Path], job: str
+) -> None:
+    """One copy of a family of runs (its Job ``job``): tags, params, latest metrics,
+    artifacts, status."""
     from mlflow.entities import Metric, Param, RunTag
 
     new: dict[str, str] = {}
     for run in family:  # the workload first: its runs name it as their parent
         tags = {k: v for k, v in run.data.tags.items() if k != "radt.figures"}
+        tags["radt.job"] = job
         parent = tags.get("mlflow.parentRunId")
         if parent in new:
             tags["mlflow.parentRunId"] = new[parent]
@@ -166,8 +172,12 @@ def build(uri: str, runs: int, folder: Path) -> None:
     families = [lone] * singles + [workload] * ((runs - singles) // len(workload))
     began = time.perf_counter()
     with ThreadPoolExecutor(THREADS) as pool:
-        for done in pool.map(lambda f: copy_family(client, experiment_id, f, folders), families):
-            assert done is None
+        copies = [
+            pool.submit(copy_family, client, experiment_id, family, folders, f"job-{i % JOBS}")
+            for i, family in enumerate(families)
+        ]
+        for copy in copies:
+            copy.result()
     made = sum(len(f) for f in families)
     print(f"made {made} runs in {time.perf_counter() - began:.0f} s", file=sys.stderr)
 

@@ -25,7 +25,9 @@ an empty radT cache:
 - ``Compare page (100 workloads)``: the Compare page's callback for 100 ticked workloads:
   ``Store.summary``, ``focus``, ``normalise`` and its seven charts.
 
-The median of ``--rounds`` is shown (the first look once); ratio = before / after.
+The median of ``--rounds`` is shown (the first look once), wall time and the CPU time of the
+looking process (``radt runs``: of the command's process; the server's own is not counted);
+ratio = before / after.
 """
 
 from __future__ import annotations
@@ -58,9 +60,18 @@ from radt.frontend.data import Store
 from radt.frontend.pages import compare
 from radt.frontend.pages.runs import grid_rows
 
-def timed(what):
-    began = time.perf_counter()
+import resource
+cpu = {}
+def used():
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + kids.ru_utime + kids.ru_stime
+
+def timed(what, name=None):
+    began, began_cpu = time.perf_counter(), used()
     value = what()
+    if name:
+        cpu.setdefault(name, []).append(used() - began_cpu)
     return time.perf_counter() - began, value
 
 read = []
@@ -69,16 +80,17 @@ def spy(client, runs, *args, **kwargs):
     read.extend(runs)
     return prepare(client, runs, *args, **kwargs)
 summary_module.prepare = spy
-out = {"summary_first": [timed(lambda: summary(experiment, tracking_uri=uri))[0]]}
+out = {"summary_first": [timed(lambda: summary(experiment, tracking_uri=uri), "summary_first")[0]]}
 out["samples_read"] = len(read)
 out["summary"], out["runs"], out["runs_page"], out["compare"] = [], [], [], []
 for _ in range(rounds):
-    seconds, frame = timed(lambda: summary(experiment, tracking_uri=uri))
+    seconds, frame = timed(lambda: summary(experiment, tracking_uri=uri), "summary")
     out["summary"].append(seconds)
     out["runs"].append(timed(lambda: subprocess.run(
         [radt_bin, "runs", "-e", experiment, "--tracking-uri", uri],
-        check=True, capture_output=True))[0])
-    out["runs_page"].append(timed(lambda: grid_rows(Store(uri).summary(experiment)))[0])
+        check=True, capture_output=True), "runs")[0])
+    page = timed(lambda: grid_rows(Store(uri).summary(experiment)), "runs_page")
+    out["runs_page"].append(page[0])
     workloads = frame[frame["level"] == "provider"]["run_id"].tolist()[:100]
     def charts():
         shown = compare.normalise(compare.focus(Store(uri).summary(experiment), workloads))
@@ -91,7 +103,8 @@ for _ in range(rounds):
             compare.client_energy_figure(shown),
             compare.cpu_figure(shown),
         ]
-    out["compare"].append(timed(charts)[0])
+    out["compare"].append(timed(charts, "compare")[0])
+out["cpu"] = cpu
 out["rows"] = len(frame)
 out["providers"] = int((frame["level"] == "provider").sum())
 print(json.dumps(out))
@@ -236,9 +249,12 @@ def main() -> int:
         "compare": "Compare page (100 workloads)",
     }
     for key, label in labels.items():
-        after = median(found["after"][key])
-        before = median(found["before"][key]) if "before" in found else float("nan")
-        rows.append([label, f"{before:.2f}", f"{after:.2f}", f"{before / after:.1f}×"])
+        row = [label]
+        for part in (found, {name: f["cpu"] for name, f in found.items()}):
+            after = median(part["after"][key])
+            before = median(part["before"][key]) if "before" in part else float("nan")
+            row += [f"{before:.2f}", f"{after:.2f}", f"{before / after:.1f}×"]
+        rows.append(row)
     shape = found["after"]
     read = {name: found[name]["samples_read"] for name in found}
     notes = (
@@ -246,7 +262,8 @@ def main() -> int:
         f"(--workers 1) backed by PostgreSQL; seconds, median of {args.rounds} "
         f"(the first look once). Runs whose samples a look read: {read}."
     )
-    print(results("Many runs", notes, ["look", "before (s)", "after (s)", "ratio"], rows))
+    columns = ["look", "before (s)", "after (s)", "ratio", "CPU before (s)", "CPU after", "ratio"]
+    print(results("Many runs", notes, columns, rows))
     return 0
 
 

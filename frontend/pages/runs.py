@@ -361,9 +361,10 @@ def register(app: Dash, store: Store) -> None:
         Input("runs-refresh", "n_clicks"),
         State("exp-picker", "options"),
         State("selection", "data"),
+        State("runs-grid", "columnDefs"),
         prevent_initial_call=True,
     )
-    def rows(experiment, _clicks, options, selection):
+    def rows(experiment, _clicks, options, selection, columns):
         if not experiment:
             return [], no_update, {"ids": []}, HIDDEN, no_update, no_update
         name = next((o["label"] for o in options or [] if o["value"] == experiment), experiment)
@@ -390,7 +391,10 @@ def register(app: Dash, store: Store) -> None:
         note = runs_note(name, [row["kind"] for row in data])
         # room for every row (up to 12) and a horizontal scrollbar under them
         height = {"height": f"{min(656, 116 + 42 * len(data))}px"}
-        return data, grid_columns(data), {"ids": kept}, height, note, chosen
+        wanted = grid_columns(data)
+        same = [c.get("hide") for c in wanted] == [c.get("hide") for c in columns or []]
+        # columns set again only when the Slurm ones show or hide: a user's widths stay
+        return data, no_update if same else wanted, {"ids": kept}, height, note, chosen
 
     @app.callback(
         Output("selection", "data"),

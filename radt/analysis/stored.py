@@ -85,7 +85,7 @@ def _load(record: Record, family: Sequence[str]) -> dict | None:
         return None
     if not isinstance(state, dict) or state.get("version") != VERSION:
         return None
-    if state.get("level") != record.level or state.get("family") != sorted(family):
+    if state.get("level") != record.level or sorted(state.get("family") or ()) != sorted(family):
         return None
     return state
 

@@ -603,20 +603,37 @@ def _provider(record: Record, kids: Sequence[Record], loaders: Sequence[Record] 
 # --------------------------------------------------------------------------- baselines
 
 
+def baselines_by_job(candidates: Iterable[Record]) -> dict[tuple, list[Record]]:
+    """Candidates by experiment, Job and basis (in their order), for :func:`choose_baseline`:
+    one look-up per row instead of a pass over all candidates."""
+    found: dict[tuple, list[Record]] = {}
+    for c in candidates:
+        found.setdefault((c.experiment_id, c.job, c.basis), []).append(c)
+    return found
+
+
 def choose_baseline(
-    candidates: Iterable[Record], experiment_id: str, job: str | None, basis: str, power
+    candidates: Iterable[Record] | Mapping[tuple, list[Record]],
+    experiment_id: str,
+    job: str | None,
+    basis: str,
+    power,
 ) -> tuple[list[Record], str | None]:
     """The Job's ``none`` runs on the same basis: at the same power limit, else at the default.
 
-    Returns the chosen runs (repeats; empty when none) and, when empty, why.
+    ``candidates``: records, or records by :func:`baselines_by_job`. Returns the chosen
+    runs (repeats; empty when none) and, when empty, why.
     """
     if job is None:
         return [], "no baseline: the run's job is unknown (no radt.command or radt.job)"
-    same = [
-        c
-        for c in candidates
-        if c.experiment_id == experiment_id and c.job == job and c.basis == basis
-    ]
+    if isinstance(candidates, Mapping):
+        same = candidates.get((experiment_id, job, basis), [])
+    else:
+        same = [
+            c
+            for c in candidates
+            if c.experiment_id == experiment_id and c.job == job and c.basis == basis
+        ]
     for wanted in dict.fromkeys([power, None]):
         chosen = [c for c in same if c.power == wanted]
         if chosen:
@@ -657,7 +674,7 @@ def baseline_spread_flagged(pct: Any) -> bool:
     return math.isfinite(value) and value > BASELINE_SPREAD_LIMIT_PCT
 
 
-def _slowdown(record: Record, candidates: Sequence[Record]) -> dict[str, Any]:
+def _slowdown(record: Record, candidates: Sequence[Record] | Mapping) -> dict[str, Any]:
     found, why = choose_baseline(
         candidates, record.experiment_id, record.job, record.basis, record.power
     )
@@ -672,7 +689,7 @@ def _slowdown(record: Record, candidates: Sequence[Record]) -> dict[str, Any]:
     }
 
 
-def _norm_client(record: Record, candidates: Sequence[Record]) -> dict[str, float]:
+def _norm_client(record: Record, candidates: Sequence[Record] | Mapping) -> dict[str, float]:
     """A client's figures over its Job's baseline at the default power limit."""
     found, why = choose_baseline(candidates, record.experiment_id, record.job, record.basis, None)
     if not found:
@@ -690,7 +707,7 @@ def _norm_client(record: Record, candidates: Sequence[Record]) -> dict[str, floa
 
 
 def _norm_provider(
-    record: Record, kids: Sequence[Record], candidates: Sequence[Record]
+    record: Record, kids: Sequence[Record], candidates: Sequence[Record] | Mapping
 ) -> dict[str, float]:
     """A workload's figures over what its clients' baselines would need for the same examples.
 
@@ -918,9 +935,11 @@ def summary(
     extra = _compute(client, records, plans, children)
     attribute(records, needed, extra, children)
 
-    baselines = sorted(
-        (r for r in (records[i] for i in wanted) if r.baseline_candidate),
-        key=lambda r: (r.start_s, r.run_id),
+    baselines = baselines_by_job(
+        sorted(
+            (r for r in (records[i] for i in wanted) if r.baseline_candidate),
+            key=lambda r: (r.start_s, r.run_id),
+        )
     )
     rows: dict[str, dict] = {}
     for run in chosen:

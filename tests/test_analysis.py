@@ -627,6 +627,7 @@ for step in range(8):
 """
 
 
+@pytest.mark.slow
 def test_end_to_end_with_a_real_radt_run(workspace, tmp_path):
     workspace.script("tiny.py", SCRIPT)
     done = workspace.run(["-e", "e2e", "-l", "top", "--interval", "0.1", "tiny.py", "--lr", "1"])

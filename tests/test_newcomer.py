@@ -16,6 +16,7 @@ from conftest import REPO, default_signals
 from servers import HttpServer, free_port
 
 
+@pytest.mark.slow
 def test_train_logs_to_mlflow_once_per_epoch_not_per_step(workspace):
     """Two epochs of 20 steps each: ``loss`` and ``examples_per_s`` have one point per epoch
     (steps 0 and 1), so the steps' time holds no MLflow call."""
@@ -54,6 +55,7 @@ def test_the_opening_line_names_the_experiment(workspace):
     assert opening[0].endswith(f" in experiment radt-demo (id {exp_id})")
 
 
+@pytest.mark.slow
 def test_radt_ui_says_its_own_line_only(workspace):
     """Dash's "Dash is running on …" and Flask's "* Serving Flask app …" / "* Debug mode: off"
     do not follow radT's line."""

@@ -238,6 +238,7 @@ def test_workdir_here_runs_every_row_from_the_current_folder(workspace):
     assert run.info.status == "FAILED" and run.data.tags["radt.workdir"] == str(root)
 
 
+@pytest.mark.slow
 def test_a_bad_workdir_is_one_line(workspace):
     (workspace.root / "plan.csv").write_text(WORKDIR_PLAN)
     done = workspace.run(["--workdir", "there", "plan.csv"])
@@ -370,6 +371,7 @@ def test_export_counts_one_row_of_one_run(workspace):
 # ------------------------------------------------------------------ 23. a new user's first hour
 
 
+@pytest.mark.slow
 def test_make_demo_points_at_radt_ui_too():
     import subprocess
 

@@ -138,6 +138,7 @@ def full_disk(request, tmp_path):
 # --------------------------------------------------------------------------- bad arguments
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -167,6 +168,7 @@ def test_a_listener_option_for_a_running_listener_is_taken(workspace: Workspace)
     assert workspace.only_run().info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_modes_typo_in_a_plan_is_named(workspace: Workspace):
     workspace.script("s.py", PY)
     (workspace.root / "plan.csv").write_text(
@@ -184,6 +186,7 @@ def test_modes_typo_in_a_plan_is_named(workspace: Workspace):
 # --------------------------------------------------------------------------- broken stores
 
 
+@pytest.mark.slow
 def test_a_read_only_sqlite_store_is_one_line(workspace: Workspace, readonly, template_db):
     workspace.script("s.py", PY)
     store = workspace.root / "ro"
@@ -199,6 +202,7 @@ def test_a_read_only_sqlite_store_is_one_line(workspace: Workspace, readonly, te
     assert not (workspace.home / "runs").exists() or not any((workspace.home / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_random_bytes_as_the_sqlite_store_is_one_line(workspace: Workspace):
     workspace.script("s.py", PY)
     junk = workspace.root / "junk.db"
@@ -209,6 +213,7 @@ def test_random_bytes_as_the_sqlite_store_is_one_line(workspace: Workspace):
     one_error(done, "file is not a database")
 
 
+@pytest.mark.slow
 def test_an_unsupported_tracking_uri_is_one_line(workspace: Workspace):
     workspace.script("s.py", PY)
     done = workspace.run(
@@ -218,6 +223,7 @@ def test_an_unsupported_tracking_uri_is_one_line(workspace: Workspace):
     one_error(done, "MLflow has no tracking store for foo://bar")
 
 
+@pytest.mark.slow
 def test_an_experiment_id_that_does_not_exist_is_one_line(workspace: Workspace):
     workspace.script("s.py", PY)
     done = workspace.run(
@@ -228,6 +234,7 @@ def test_an_experiment_id_that_does_not_exist_is_one_line(workspace: Workspace):
     assert workspace.runs() == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["a file", "read-only"])
 def test_radt_home_that_cannot_hold_run_folders_is_one_line_and_no_run(
     workspace: Workspace, readonly, tmp_path, kind
@@ -617,6 +624,7 @@ def _orphan(workspace: Workspace, name: str):
     return folder
 
 
+@pytest.mark.slow
 def test_a_garbled_run_folder_is_one_line_and_the_others_sync(workspace: Workspace):
     good = _orphan(workspace, "good")
     bad = _orphan(workspace, "bad")

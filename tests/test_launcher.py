@@ -204,6 +204,7 @@ def test_max_time_with_a_clean_exit_on_sigterm_finishes(workspace):
     assert run.data.tags["radt.stop_reason"].startswith("--max-time")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -237,11 +238,13 @@ def test_bad_input_is_one_line_error_before_anything_starts(workspace, args, mes
     assert workspace.runs() == []
 
 
+@pytest.mark.slow
 def test_unknown_listener_lists_the_known_ones(workspace):
     done = workspace.run(["-l", "nosuch", "--", "true"])
     assert "counter" in done.stderr and "top" in done.stderr and "iostat" in done.stderr
 
 
+@pytest.mark.slow
 def test_unreachable_tracking_server_refuses_with_what_to_do(workspace):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -239,6 +239,7 @@ def test_radt_runs_the_command_under_ncu_and_logs_its_kernels(workspace, tmp_pat
     assert run.data.tags["radt.ncu.capture"] == "nvtx:profile"
 
 
+@pytest.mark.slow
 def test_radt_refuses_ncu_where_it_is_not_installed(workspace):
     if shutil.which("ncu", path=workspace.env["PATH"]):
         pytest.skip("a real ncu is on PATH here")

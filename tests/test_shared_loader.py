@@ -222,6 +222,7 @@ def test_loader_row_without_trainings_or_twice_is_a_plan_error_with_its_line(tmp
     assert "cannot have Collocation 3g.40gb" in by_line[8]
 
 
+@pytest.mark.slow
 def test_plan_with_loader_errors_is_refused_before_anything_starts(ws):
     write_plan(
         ws,

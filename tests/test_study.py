@@ -345,6 +345,7 @@ def test_bad_study_is_one_line_per_problem_with_its_key(tmp_path, text, expected
     assert re.search(expected, lines[1]), lines[1]
 
 
+@pytest.mark.slow
 def test_dry_run_finds_placement_power_flag_problems_before_anything_starts(tmp_path, template_db):
     ws, gpu, path = study_ws(
         tmp_path,
@@ -370,6 +371,7 @@ def test_dry_run_finds_placement_power_flag_problems_before_anything_starts(tmp_
     assert gpu.changing_calls() == [] and all_runs(ws) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "model", "caps"),
     [
@@ -615,6 +617,7 @@ def test_candidates_and_the_most_probes():
     assert not batch.has_oom("RuntimeError: CUDA error: an illegal memory access")
 
 
+@pytest.mark.slow
 def test_study_cli_subprocess_smoke_of_bad_plan_path(tmp_path, template_db):
     ws, _gpu, _path = study_ws(tmp_path, template_db, "file: job.py\nlisteners: none\n")
     done = ws.run(["study.yaml", "--dry-run", "--plan", "plan.txt"])

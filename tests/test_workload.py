@@ -566,6 +566,7 @@ SEVERAL_PROBLEMS = HEADER + (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "mig", "expected"),
     [

@@ -97,13 +97,11 @@ def test_radt_listeners_says_what_each_records_and_which_are_opt_in(workspace):
 
 
 NO_ENSUREPIP = """#!/bin/sh
-# Debian's python3 without python3-venv: `-m venv` makes a half folder, then fails
-if [ "$1 $2" = "-m venv" ]; then
-    mkdir -p "$3/bin"
-    echo "The virtual environment was not successfully created because ensurepip is not"
-    echo "available.  On Debian/Ubuntu systems, you need to install the python3-venv"
-    exit 1
-fi
+# Debian's python3 without python3-venv, which ships ensurepip: `-m venv` would fail
+case "$*" in
+    *ensurepip*) echo "ModuleNotFoundError: No module named 'ensurepip'" >&2; exit 1;;
+    *"-m venv"*) mkdir -p "$3/bin"; echo "ensurepip is not available" >&2; exit 1;;
+esac
 exec {python} "$@"
 """
 
@@ -130,6 +128,19 @@ def test_make_says_in_one_line_what_to_install_for_the_virtualenv(tmp_path, pyth
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0], done.stderr
     assert not venv.exists()  # no half-made virtualenv for the next make to trust
+
+
+def test_make_n_makes_no_virtualenv(tmp_path):
+    venv = tmp_path / ".venv"
+    done = subprocess.run(
+        ["make", "-n", "-C", str(REPO), "demo", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"-m venv {venv}" in done.stdout and "radt ui" in done.stdout
+    assert not venv.exists()
 
 
 # --------------------------------------------------------------------------- the walk-through

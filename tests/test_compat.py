@@ -371,7 +371,6 @@ def test_export_counts_one_row_of_one_run(workspace):
 # ------------------------------------------------------------------ 23. a new user's first hour
 
 
-@pytest.mark.slow
 def test_make_demo_points_at_radt_ui_too():
     import subprocess
 

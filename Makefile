@@ -12,17 +12,19 @@ FAST = not browser and not postgres and not slurm and not slow
 
 venv: $(PY)
 
-# Each problem is one line (make's own "*** ...  Stop."), and no half-made virtualenv stays.
+# Each problem is one line (make's own "*** ...  Stop."), found by probes that change nothing
+# (so `make -n` makes no virtualenv); Debian ships ensurepip in python3-venv.
 NO_PYTHON = $(PYTHON) not found: install Python 3.10 or newer, or run make PYTHON=/path/to/python3
 OLD_PYTHON = radT needs Python 3.10 or newer, $(PYTHON) is older: run make PYTHON=python3.12 (or another)
 NO_VENV = $(PYTHON) cannot make a virtualenv (no ensurepip): install python3-venv (Debian, Ubuntu: apt-get install python3-venv) and run make again
 PYTHON_NEW_ENOUGH = $(PYTHON) -c 'import sys; print("yes" if sys.version_info >= (3, 10) else "")'
-MAKE_VENV = $(PYTHON) -m venv $(VENV) >/dev/null 2>&1 && echo made || rm -rf $(VENV)
+PYTHON_CAN_VENV = $(PYTHON) -c 'import ensurepip, venv; print("yes")' 2>/dev/null
 
 $(PY):
 	$(if $(shell command -v $(PYTHON)),,$(error $(NO_PYTHON)))
 	$(if $(shell $(PYTHON_NEW_ENOUGH)),,$(error $(OLD_PYTHON)))
-	$(if $(shell $(MAKE_VENV)),,$(error $(NO_VENV)))
+	$(if $(shell $(PYTHON_CAN_VENV)),,$(error $(NO_VENV)))
+	@$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 	@echo "made the virtualenv $(VENV) (radT and its tools go there; . $(VENV)/bin/activate to use them)"
 
 $(VENV)/.installed: pyproject.toml | $(PY)

@@ -5,26 +5,30 @@
 # which also runs top to bottom as a plain script:
 #
 # ```
-# cp examples/collocation.csv my-study.csv   # radT writes progress into the plan: use a copy
-# radt my-study.csv                  # the study: one job alone, then two copies together
-# python examples/analysis.py        # in the same folder (it reads ./mlflow.db,
+# mkdir -p scratch                                 # git ignores it
+# cp examples/collocation.csv scratch/my-study.csv # radT writes progress into the plan: a copy
+# radt scratch/my-study.csv          # the study: one job alone, then two copies together
+# python examples/analysis.py collocation-demo scratch/analysis.html
+#                                    # in the same folder (it reads ./mlflow.db,
 #                                    # or MLFLOW_TRACKING_URI)
 # ```
 #
 # It prints the summary of every workload (provider) and run (client), then
-# draws time per example against energy per example into `analysis.html`.
+# draws time per example against energy per example into the file named second
+# (default `analysis.html` in the current folder) and says where it wrote it.
 # Energy needs a GPU listener (`nvml`, `dcgm`); on a CPU-only machine the
 # figure shows time per example per configuration instead.
 
 # %%
 import sys
+from pathlib import Path
 
 import pandas as pd
 
 import radt
 
 EXPERIMENT = sys.argv[1] if len(sys.argv) > 1 else "collocation-demo"
-OUTPUT = "analysis.html"
+OUTPUT = Path(sys.argv[2] if len(sys.argv) > 2 else "analysis.html").resolve()
 
 table = radt.summary(EXPERIMENT)
 shown = [
@@ -124,7 +128,7 @@ else:
     )
     figure.update_xaxes(matches=None)
 figure.write_html(OUTPUT)
-print(f"wrote {OUTPUT}")
+print(f"wrote the chart to {OUTPUT} (open it in a browser)")
 
 # %% [markdown]
 # Each client against the same job alone on the whole machine (its baseline:

@@ -312,6 +312,7 @@ def build_study(client, tmp_path):
     return exp, ids
 
 
+@pytest.mark.slow
 def test_provider_and_client_rows_agree_with_hand_computed_figures(store, tmp_path):
     client, uri = store
     exp, ids = build_study(client, tmp_path)
@@ -385,6 +386,7 @@ def test_baseline_spread_is_the_coefficient_of_variation_of_its_repeats():
     assert not baseline_spread_flagged(None) and not baseline_spread_flagged(math.nan)
 
 
+@pytest.mark.slow
 def test_summary_of_chosen_runs_adds_their_workload(store, tmp_path):
     client, uri = store
     _, ids = build_study(client, tmp_path)
@@ -399,6 +401,7 @@ def test_summary_of_chosen_runs_adds_their_workload(store, tmp_path):
 # --------------------------------------------------------------------------- loading
 
 
+@pytest.mark.slow
 def test_load_reads_the_artifact_with_run_columns(store, tmp_path):
     client, uri = store
     exp, ids = build_study(client, tmp_path)
@@ -461,6 +464,7 @@ def test_load_wide(store, tmp_path):
     assert wide.loc[(run_id, 1.0), "timestamp"] == pd.Timestamp(T0 + 1, unit="s", tz="UTC")
 
 
+@pytest.mark.slow
 def test_fallback_reads_plain_mlflow_metrics(store, tmp_path):
     client, uri = store
     mlflow.set_tracking_uri(uri)
@@ -562,6 +566,7 @@ def test_no_store_is_an_error_not_an_empty_database(tmp_path, monkeypatch):
     assert not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.slow
 def test_export_csv_and_parquet(store, tmp_path, capsys):
     client, uri = store
     _, ids = build_study(client, tmp_path)
@@ -645,6 +650,7 @@ for step in range(8):
 """
 
 
+@pytest.mark.slow
 def test_end_to_end_with_a_real_radt_run(workspace, tmp_path):
     workspace.script("tiny.py", SCRIPT)
     done = workspace.run(["-e", "e2e", "-l", "top", "--interval", "0.1", "tiny.py", "--lr", "1"])

@@ -559,6 +559,7 @@ time.sleep(1.0)
 """
 
 
+@pytest.mark.slow
 def test_a_real_run_with_a_fake_powercap_tree_shows_host_energy_in_radt_runs(workspace):
     from conftest import FAKES, FIXTURES
     from radt.frontend.pages.runs import grid_rows

@@ -391,6 +391,7 @@ def test_naive_needs_no_tool(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- MIG
 
 
+@pytest.mark.slow
 def test_mig_setup_and_teardown_leave_the_gpu_as_before(mig_gpu):
     fake = load_fake_smi()
     # a GPU instance someone else made, and a limit someone else set: both must stay
@@ -441,6 +442,7 @@ def test_mig_setup_and_teardown_leave_the_gpu_as_before(mig_gpu):
     assert not any("-gi" not in argv for argv in mig_gpu.changing_calls() if "-dci" in argv)
 
 
+@pytest.mark.slow
 def test_mig_with_r450_uuids(mig_gpu, monkeypatch):
     monkeypatch.setenv("FAKE_NVIDIA_SMI_MIG_UUIDS", "r450")
     gpu_uuid = nvsmi.parse_list(mig_gpu.smi("-L").output)[0].uuid
@@ -457,6 +459,7 @@ def test_mig_with_r450_uuids(mig_gpu, monkeypatch):
     assert mig_gpu.state() == {}
 
 
+@pytest.mark.slow
 def test_mig_second_create_fails_and_teardown_destroys_the_first(mig_gpu, monkeypatch):
     monkeypatch.setenv("FAKE_NVIDIA_SMI_FAIL", "cgi2")
     requests = [req(2, "mig", "4g.20gb"), req(3, "mig", "3g.20gb")]
@@ -476,6 +479,7 @@ def test_mig_second_create_fails_and_teardown_destroys_the_first(mig_gpu, monkey
     assert mig_gpu.state() == {}
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_create_still_destroys_what_it_made(mig_gpu, monkeypatch):
     real_run = nvsmi.run
     creates = []
@@ -499,6 +503,7 @@ def test_ctrl_c_during_a_create_still_destroys_what_it_made(mig_gpu, monkeypatch
     assert mig_gpu.state() == {}
 
 
+@pytest.mark.slow
 def test_a_crash_inside_setup_after_the_creates_is_cleaned_up(mig_gpu, monkeypatch):
     def crash(*args, **kwargs):
         raise RuntimeError("bug in radT")
@@ -512,6 +517,7 @@ def test_a_crash_inside_setup_after_the_creates_is_cleaned_up(mig_gpu, monkeypat
     assert mig_gpu.state() == {}
 
 
+@pytest.mark.slow
 def test_a_failing_teardown_step_is_reported_and_the_rest_still_run(mig_gpu, monkeypatch):
     requests = [req(2, "mig", "4g.20gb"), req(3, "mig", "3g.20gb")]
     teardown = Teardown()
@@ -533,6 +539,7 @@ def test_a_failing_teardown_step_is_reported_and_the_rest_still_run(mig_gpu, mon
 # --------------------------------------------------------------------------- MPS
 
 
+@pytest.mark.slow
 def test_mps_setup_and_teardown(gpu, monkeypatch):
     monkeypatch.setenv("FAKE_NVIDIA_SMI_GPUS", "2")
     monkeypatch.setenv("FAKE_MPS_SERVER_PIDS", "3809")
@@ -597,6 +604,7 @@ def test_mps_quit_of_a_daemon_that_is_gone_counts_as_stopped(gpu):
     assert run_teardown(teardown)[0] == []
 
 
+@pytest.mark.slow
 def test_check_refuses_mps_next_to_a_running_daemon(gpu):
     started = nvsmi.run(["nvidia-cuda-mps-control", "-d"])  # at the default pipe directory
     assert started.ok
@@ -768,6 +776,7 @@ def test_check_mig_mode_off_gives_the_root_command(gpu):
     assert_nothing_changed(gpu, {"gpus": {"0": {"mig": False}}})
 
 
+@pytest.mark.slow
 def test_check_counts_instances_that_exist_already(mig_gpu):
     assert mig_gpu.smi("mig", "-cgi", "4g.20gb", "-C").ok
     before = mig_gpu.state()
@@ -807,6 +816,7 @@ def test_check_when_nvidia_smi_cannot_reach_the_driver(gpu, monkeypatch):
     assert problem.startswith("plan.csv line 2: `nvidia-smi -L` failed: NVIDIA-SMI has failed")
 
 
+@pytest.mark.slow
 def test_mig_and_mps_on_two_gpus_in_one_workload(mig_gpu, monkeypatch):
     monkeypatch.setenv("FAKE_NVIDIA_SMI_GPUS", "2")
     mig_gpu.write_state({"gpus": {"1": {"mig": False}}})

@@ -158,6 +158,7 @@ def test_an_unknown_name_is_still_refused_in_one_line():
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_a_command_with_the_original_names_runs_and_says_so_once(workspace):
     workspace.script("job.py", "print('trained')\n")
     done = workspace.run(["-l", "top+ps+free", "job.py"])
@@ -198,6 +199,7 @@ def runs_by_name(workspace, experiment: str) -> dict:
     return {run.info.run_name: run for run in workspace.runs(experiment)}
 
 
+@pytest.mark.slow
 def test_a_plan_row_runs_in_its_scripts_folder_like_the_original(workspace):
     root = workspace.root
     (root / "sub" / "data").mkdir(parents=True)
@@ -220,6 +222,7 @@ def test_a_plan_row_runs_in_its_scripts_folder_like_the_original(workspace):
     assert runs["data-A"].data.tags["radt.command"] == "sub/job.py"
 
 
+@pytest.mark.slow
 def test_workdir_here_runs_every_row_from_the_current_folder(workspace):
     root = workspace.root
     (root / "sub" / "data").mkdir(parents=True)
@@ -235,6 +238,7 @@ def test_workdir_here_runs_every_row_from_the_current_folder(workspace):
     assert run.info.status == "FAILED" and run.data.tags["radt.workdir"] == str(root)
 
 
+@pytest.mark.slow
 def test_a_bad_workdir_is_one_line(workspace):
     (workspace.root / "plan.csv").write_text(WORKDIR_PLAN)
     done = workspace.run(["--workdir", "there", "plan.csv"])
@@ -243,6 +247,7 @@ def test_a_bad_workdir_is_one_line(workspace):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_relative_sqlite_store_is_the_same_store_from_the_scripts_folder(workspace):
     """MLFLOW_TRACKING_URI=sqlite:///mlflow.db is the current folder's store wherever rows run."""
     root = workspace.root
@@ -354,6 +359,7 @@ def test_no_message_counts_with_a_bracketed_s():
     assert found == []
 
 
+@pytest.mark.slow
 def test_export_counts_one_row_of_one_run(workspace):
     workspace.script("job.py", "print('trained')\n")
     assert workspace.run(["-l", "none", "job.py"]).returncode == 0
@@ -387,6 +393,7 @@ def test_no_instruction_runs_a_tracked_example_plan_in_place():
     assert found == []
 
 
+@pytest.mark.slow
 def test_the_readme_example_plan_runs_on_a_copy_and_says_how_to_run_it_again(workspace):
     import filecmp
     import shlex

@@ -284,6 +284,7 @@ def test_mig_needs_mig_mode(env):
     assert res.returncode != 0
 
 
+@pytest.mark.slow
 def test_mig_create_list_destroy(env, tmp_path):
     env["FAKE_NVIDIA_SMI_MIG"] = "1"
     env["FAKE_NVIDIA_SMI_STATE"] = str(tmp_path / "smi.json")
@@ -420,6 +421,7 @@ def test_dcgmi_discovery_follows_nvidia_smi_state(env, tmp_path):
     assert masked(got) == masked(ref)
 
 
+@pytest.mark.slow
 def test_other_gpu_models_generate_lgip_in_the_captured_layout(env):
     env["FAKE_NVIDIA_SMI_MIG"] = "1"
     ref = fixture("nvidia_smi_mig_lgip.txt").splitlines()
@@ -448,6 +450,7 @@ def test_other_gpu_models_generate_lgip_in_the_captured_layout(env):
 # --------------------------------------------------------------------------- MPS
 
 
+@pytest.mark.slow
 def test_mps_control(env, tmp_path):
     env["FAKE_MPS_LOG"] = str(tmp_path / "mps.log")
     res = run(["nvidia-cuda-mps-control"], env, stdin="get_server_list\n")

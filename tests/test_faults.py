@@ -138,6 +138,7 @@ def full_disk(request, tmp_path):
 # --------------------------------------------------------------------------- bad arguments
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -159,6 +160,7 @@ def test_bad_arguments_are_one_line_and_rc_2(workspace: Workspace, args, fragmen
     assert workspace.runs() == []
 
 
+@pytest.mark.slow
 def test_a_listener_option_for_a_running_listener_is_taken(workspace: Workspace):
     workspace.script("s.py", PY)
     done = workspace.run(["-l", "counter", "-o", "counter.step=2", "s.py"])
@@ -166,6 +168,7 @@ def test_a_listener_option_for_a_running_listener_is_taken(workspace: Workspace)
     assert workspace.only_run().info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_modes_typo_in_a_plan_is_named(workspace: Workspace):
     workspace.script("s.py", PY)
     (workspace.root / "plan.csv").write_text(
@@ -183,6 +186,7 @@ def test_modes_typo_in_a_plan_is_named(workspace: Workspace):
 # --------------------------------------------------------------------------- broken stores
 
 
+@pytest.mark.slow
 def test_a_read_only_sqlite_store_is_one_line(workspace: Workspace, readonly, template_db):
     workspace.script("s.py", PY)
     store = workspace.root / "ro"
@@ -198,6 +202,7 @@ def test_a_read_only_sqlite_store_is_one_line(workspace: Workspace, readonly, te
     assert not (workspace.home / "runs").exists() or not any((workspace.home / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_random_bytes_as_the_sqlite_store_is_one_line(workspace: Workspace):
     workspace.script("s.py", PY)
     junk = workspace.root / "junk.db"
@@ -208,6 +213,7 @@ def test_random_bytes_as_the_sqlite_store_is_one_line(workspace: Workspace):
     one_error(done, "file is not a database")
 
 
+@pytest.mark.slow
 def test_an_unsupported_tracking_uri_is_one_line(workspace: Workspace):
     workspace.script("s.py", PY)
     done = workspace.run(
@@ -217,6 +223,7 @@ def test_an_unsupported_tracking_uri_is_one_line(workspace: Workspace):
     one_error(done, "MLflow has no tracking store for foo://bar")
 
 
+@pytest.mark.slow
 def test_an_experiment_id_that_does_not_exist_is_one_line(workspace: Workspace):
     workspace.script("s.py", PY)
     done = workspace.run(
@@ -227,6 +234,7 @@ def test_an_experiment_id_that_does_not_exist_is_one_line(workspace: Workspace):
     assert workspace.runs() == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["a file", "read-only"])
 def test_radt_home_that_cannot_hold_run_folders_is_one_line_and_no_run(
     workspace: Workspace, readonly, tmp_path, kind
@@ -298,6 +306,7 @@ def test_version_and_help_do_not_import_mlflow(workspace: Workspace):
         assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_new_store_is_said_once_in_radts_words(workspace: Workspace, tmp_path):
     workspace.script("s.py", PY)
     fresh = tmp_path / "fresh" / "mlflow.db"
@@ -333,6 +342,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("catch", ["", "1"], ids=["dies-of-sigint", "catches-and-exits-1"])
 def test_exit_code_tag_line_and_rc_agree_after_ctrl_c(workspace: Workspace, catch):
     workspace.script("wait.py", INTERRUPTIBLE)
@@ -353,6 +363,7 @@ def test_exit_code_tag_line_and_rc_agree_after_ctrl_c(workspace: Workspace, catc
     assert run.data.tags["radt.signal"] == "SIGINT"
 
 
+@pytest.mark.slow
 def test_exit_code_tag_of_a_command_that_dies_of_a_signal(workspace: Workspace):
     workspace.script("die.py", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n")
     done = workspace.run(["-l", "none", "die.py"])
@@ -363,6 +374,7 @@ def test_exit_code_tag_of_a_command_that_dies_of_a_signal(workspace: Workspace):
     assert run.data.tags["radt.signal"] == "SIGKILL"
 
 
+@pytest.mark.slow
 def test_exit_code_tag_of_a_failing_command_has_no_signal(workspace: Workspace):
     workspace.script("fail.py", "import sys; sys.exit(3)\n")
     done = workspace.run(["-l", "none", "fail.py"])
@@ -371,6 +383,7 @@ def test_exit_code_tag_of_a_failing_command_has_no_signal(workspace: Workspace):
     assert run.data.tags["radt.exit_code"] == "3" and "radt.signal" not in run.data.tags
 
 
+@pytest.mark.slow
 def test_exit_code_tags_of_plan_rows_and_the_workload_after_ctrl_c(workspace: Workspace):
     workspace.script("wait.py", INTERRUPTIBLE)
     workspace.env["CATCH"] = "1"
@@ -465,6 +478,7 @@ def _on_a_terminal(workspace: Workspace, args: list[str], hup: object) -> subpro
     return radt
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nohup", [False, True], ids=["terminal", "nohup"])
 def test_a_terminal_that_goes_away_ends_the_run_killed_by_sighup_with_the_whole_log(
     workspace: Workspace, tmp_path, nohup
@@ -500,6 +514,7 @@ def test_a_terminal_that_goes_away_ends_the_run_killed_by_sighup_with_the_whole_
     assert run.data.tags["radt.stop_reason"] == "radT received SIGHUP"
 
 
+@pytest.mark.slow
 def test_a_reader_that_goes_away_does_not_stop_the_training(workspace: Workspace, tmp_path):
     workspace.script("chatty.py", CHATTY)
     workspace.env.update(LINES="3000", PAUSE="0")
@@ -541,6 +556,7 @@ print("done", file=sys.stderr, flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_a_warning_and_the_training_goes_on(
     workspace: Workspace, full_disk, tmp_path
 ):
@@ -608,6 +624,7 @@ def _orphan(workspace: Workspace, name: str):
     return folder
 
 
+@pytest.mark.slow
 def test_a_garbled_run_folder_is_one_line_and_the_others_sync(workspace: Workspace):
     good = _orphan(workspace, "good")
     bad = _orphan(workspace, "bad")
@@ -623,6 +640,7 @@ def test_a_garbled_run_folder_is_one_line_and_the_others_sync(workspace: Workspa
     assert not good.path.exists() and bad.path.exists()
 
 
+@pytest.mark.slow
 def test_two_syncs_at_once_finish_each_run_once(workspace: Workspace):
     folders = [_orphan(workspace, f"r{n}") for n in range(4)]
     syncs = [
@@ -654,6 +672,7 @@ def test_two_syncs_at_once_finish_each_run_once(workspace: Workspace):
 # --------------------------------------------------------------------------- plans
 
 
+@pytest.mark.slow
 def test_a_plan_in_a_read_only_folder_runs_and_its_status_goes_to_a_copy(
     workspace: Workspace, readonly
 ):
@@ -713,6 +732,7 @@ def _daemon_pid(root: Path) -> int:
     )
 
 
+@pytest.mark.slow
 def test_a_double_forking_daemon_does_not_outlive_radt(workspace: Workspace):
     workspace.script("daemonizes.py", DAEMONIZES)
     daemon = None

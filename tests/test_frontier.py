@@ -203,6 +203,7 @@ while time.time() < start + 3.5:
 """
 
 
+@pytest.mark.browser
 def test_a_study_gives_its_frontier_in_export_and_on_the_compare_page(tmp_path, template_db):
     """A CPU study with GPU energy from the fake pynvml: radt.frontier, `radt export --frontier`
     and the Compare page's frontier chart all show the same points."""

@@ -45,6 +45,7 @@ def samples(client, run_id: str, tmp_path) -> pd.DataFrame:
     return pd.read_parquet(local)
 
 
+@pytest.mark.slow
 def test_run_has_params_script_metrics_listener_series_and_artifacts(workspace, tmp_path):
     workspace.script("logs.py", LOGS)
     done = workspace.run(
@@ -114,6 +115,7 @@ def test_run_has_params_script_metrics_listener_series_and_artifacts(workspace, 
     assert not any((workspace.home / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_failing_command_gives_failed_run_and_its_exit_code(workspace):
     workspace.script("logs.py", LOGS)
     done = workspace.run(
@@ -125,6 +127,7 @@ def test_failing_command_gives_failed_run_and_its_exit_code(workspace):
     assert run.data.tags["radt.exit_code"] == "3"
 
 
+@pytest.mark.slow
 def test_child_killed_by_signal_gives_killed_run(workspace):
     workspace.script("die.py", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n")
     done = workspace.run(["-l", "none", "die.py"])
@@ -134,6 +137,7 @@ def test_child_killed_by_signal_gives_killed_run(workspace):
     assert "SIGKILL" in run.data.tags["radt.stop_reason"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_radt_stops_the_tree_and_kills_the_run(workspace, tmp_path, signum):
     workspace.script("sleeper.py", SLEEPER)
@@ -167,6 +171,7 @@ def _read_pids(path):
     return [int(p) for p in text] if len(text) == 2 else None
 
 
+@pytest.mark.slow
 def test_max_time_sends_sigterm_then_sigkill_and_says_why(workspace):
     workspace.script(
         "stubborn.py",
@@ -185,6 +190,7 @@ def test_max_time_sends_sigterm_then_sigkill_and_says_why(workspace):
     assert run.data.tags["radt.stop_reason"] == "--max-time of 0.02 min reached"
 
 
+@pytest.mark.slow
 def test_max_time_with_a_clean_exit_on_sigterm_finishes(workspace):
     workspace.script(
         "polite.py",
@@ -198,6 +204,7 @@ def test_max_time_with_a_clean_exit_on_sigterm_finishes(workspace):
     assert run.data.tags["radt.stop_reason"].startswith("--max-time")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -231,11 +238,13 @@ def test_bad_input_is_one_line_error_before_anything_starts(workspace, args, mes
     assert workspace.runs() == []
 
 
+@pytest.mark.slow
 def test_unknown_listener_lists_the_known_ones(workspace):
     done = workspace.run(["-l", "nosuch", "--", "true"])
     assert "counter" in done.stderr and "top" in done.stderr and "iostat" in done.stderr
 
 
+@pytest.mark.slow
 def test_unreachable_tracking_server_refuses_with_what_to_do(workspace):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -250,6 +259,7 @@ def test_unreachable_tracking_server_refuses_with_what_to_do(workspace):
     assert time.monotonic() - began < 60
 
 
+@pytest.mark.slow
 def test_listener_that_raises_stops_alone(workspace, tmp_path):
     workspace.script("logs.py", LOGS)
     done = workspace.run(["-l", "counter+boom", "logs.py"], env={**workspace.env, "SLEEP": "1"})
@@ -263,6 +273,7 @@ def test_listener_that_raises_stops_alone(workspace, tmp_path):
     assert (table.key == "counter/seq/n").sum() >= 10
 
 
+@pytest.mark.slow
 def test_default_listeners_are_the_available_ones(workspace):
     workspace.script("logs.py", LOGS)
     done = workspace.run(["logs.py"], env={**workspace.env, "SLEEP": "0"})
@@ -272,6 +283,7 @@ def test_default_listeners_are_the_available_ones(workspace):
     assert "absent" not in chosen
 
 
+@pytest.mark.slow
 def test_embedded_store_is_the_default_and_said_so(workspace):
     workspace.script("logs.py", LOGS)
     env = {k: v for k, v in workspace.env.items() if k != "MLFLOW_TRACKING_URI"}
@@ -282,6 +294,7 @@ def test_embedded_store_is_the_default_and_said_so(workspace):
     assert workspace.only_run().info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_command_after_double_dash_runs_as_given(workspace):
     workspace.script("logs.py", LOGS)
     done = workspace.run(
@@ -294,6 +307,7 @@ def test_command_after_double_dash_runs_as_given(workspace):
     assert "u" not in params
 
 
+@pytest.mark.slow
 def test_secrets_never_reach_the_run(workspace, tmp_path):
     workspace.script("logs.py", LOGS)
     env = {
@@ -338,6 +352,7 @@ def test_a_password_in_the_uri_moves_to_the_variables_its_client_reads(uri, clea
     assert move_credentials(uri) == (clean, env)
 
 
+@pytest.mark.slow
 def test_nvidia_smi_q_is_recorded_when_the_tool_exists(workspace, tmp_path):
     from conftest import FAKES
 

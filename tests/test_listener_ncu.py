@@ -217,6 +217,7 @@ def test_garbage_import_output_is_counted_never_fatal(fakes_on_path, tmp_path, m
 # ------------------------------------------------------------------ end to end
 
 
+@pytest.mark.slow
 def test_radt_runs_the_command_under_ncu_and_logs_its_kernels(workspace, tmp_path):
     workspace.script("work.py", SCRIPT)
     env = {k: v for k, v in workspace.env.items() if not k.startswith("FAKE_NCU_")}
@@ -238,6 +239,7 @@ def test_radt_runs_the_command_under_ncu_and_logs_its_kernels(workspace, tmp_pat
     assert run.data.tags["radt.ncu.capture"] == "nvtx:profile"
 
 
+@pytest.mark.slow
 def test_radt_refuses_ncu_where_it_is_not_installed(workspace):
     if shutil.which("ncu", path=workspace.env["PATH"]):
         pytest.skip("a real ncu is on PATH here")

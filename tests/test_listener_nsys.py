@@ -297,6 +297,7 @@ def artifact_paths(client, run_id: str, folder: str) -> list[str]:
     return sorted(a.path for a in client.list_artifacts(run_id, folder))
 
 
+@pytest.mark.slow
 def test_radt_runs_the_command_under_nsys_and_logs_its_summary(workspace, tmp_path):
     workspace.script("work.py", SCRIPT)
     env = fake_env(workspace, FAKE_NSYS_DURATION_NS="200000000")
@@ -327,6 +328,7 @@ def test_radt_runs_the_command_under_nsys_and_logs_its_summary(workspace, tmp_pa
     assert run.data.tags["radt.nsys.wall_source"] == "nsys"
 
 
+@pytest.mark.slow
 def test_radt_finishes_with_one_warning_when_nsys_stats_fails(workspace):
     workspace.script("work.py", SCRIPT)
     done = workspace.run(

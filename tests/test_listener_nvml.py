@@ -611,6 +611,7 @@ time.sleep(1.5)
 """
 
 
+@pytest.mark.slow
 def test_through_radt_series_in_mlflow_and_the_samples_artifact(workspace, tmp_path):
     workspace.script("train.py", SCRIPT)
     env = {k: v for k, v in workspace.env.items() if k not in FAKE_ENV}
@@ -654,6 +655,7 @@ time.sleep(2.5)
 """
 
 
+@pytest.mark.slow
 def test_through_a_plan_each_run_gets_its_own_processes_utilisation(workspace, tmp_path):
     workspace.script("job.py", JOB)
     (workspace.root / "plan.csv").write_text(PLAN)

@@ -343,6 +343,7 @@ time.sleep(1.0)
 """
 
 
+@pytest.mark.slow
 def test_through_radt_a_process_moves_the_counters_at_known_powers(workspace, tree_of, tmp_path):
     root = tree_of(CLIENT_I5)
     powercap.set_energy(root, "0", INTEL_RANGE_UJ - 20_000_000)  # the 40 J cross the wrap

@@ -312,6 +312,7 @@ def windows_mean(table: pd.DataFrame, key: str) -> dict[int, float]:
     return {int(g.micros.max() // 1000): g.value.mean() for _, g in buckets}
 
 
+@pytest.mark.slow
 def test_through_radt_with_the_fakes_series_in_mlflow_and_the_samples(workspace, tmp_path):
     env = {k: v for k, v in workspace.env.items() if not k.startswith("FAKE_")}
     env.pop("CUDA_VISIBLE_DEVICES", None)
@@ -366,6 +367,7 @@ def test_through_radt_with_the_fakes_series_in_mlflow_and_the_samples(workspace,
         assert {p.timestamp: pytest.approx(p.value) for p in points} == means
 
 
+@pytest.mark.slow
 def test_without_the_tools_radt_runs_and_lists_them_unavailable(workspace):
     env = {k: v for k, v in workspace.env.items() if not k.startswith("FAKE_")}
     env["PATH"] = path_without_nvidia_tools()

@@ -73,6 +73,7 @@ def test_the_profiler_is_opt_in():
 # ------------------------------------------------------------------ the example, profiled
 
 
+@pytest.mark.slow
 def test_the_example_is_profiled_on_its_schedule_and_its_phases_get_energy_shares(
     workspace, tmp_path
 ):
@@ -164,6 +165,7 @@ for i in range(int(os.environ.get("STEPS", "8"))):
 """
 
 
+@pytest.mark.slow
 def test_radt_step_marks_the_steps_once_a_script_calls_it(workspace, tmp_path):
     workspace.script("stepped.py", STEPPED)
     done = workspace.run(["-l", "torch", "-o", "torch.skip=1", "-o", "torch.steps=2", "stepped.py"])
@@ -177,6 +179,7 @@ def test_radt_step_marks_the_steps_once_a_script_calls_it(workspace, tmp_path):
     assert run.data.metrics["system/torch/capture/steps"] == 2
 
 
+@pytest.mark.slow
 def test_a_command_that_ends_early_keeps_the_steps_it_recorded(workspace, tmp_path):
     workspace.script("stepped.py", STEPPED)
     env = {**workspace.env, "STEPS": "4"}
@@ -193,6 +196,7 @@ def test_a_command_that_ends_early_keeps_the_steps_it_recorded(workspace, tmp_pa
     assert "ProfilerStep#2" in steps_of(events)
 
 
+@pytest.mark.slow
 def test_a_script_that_never_steps_has_no_profile_and_says_why(workspace):
     workspace.script("idle.py", "import radt, torch\nprint('no steps')\n")
     done = workspace.run(["-l", "torch", "idle.py"])
@@ -202,6 +206,7 @@ def test_a_script_that_never_steps_has_no_profile_and_says_why(workspace):
     assert not [m for m in run.data.metrics if m.startswith("system/torch/")]
 
 
+@pytest.mark.slow
 def test_a_plan_row_gets_the_profiler_too(workspace, tmp_path):
     workspace.script("stepped.py", STEPPED)
     (workspace.root / "plan.csv").write_text(
@@ -243,6 +248,7 @@ print(json.dumps({"enabled": any(enabled), "profiler": radt.run_api._profiler is
 """
 
 
+@pytest.mark.slow
 def test_without_the_listener_the_profiler_is_never_imported_or_started(workspace):
     workspace.script("no_torch.py", NO_TORCH)
     workspace.script("with_torch.py", WITH_TORCH)

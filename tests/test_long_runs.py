@@ -510,6 +510,7 @@ def test_recorder_keeps_the_order_of_samples_and_batches_it_is_handed(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_a_batch_listener_run_by_radt_records_exactly_what_it_handed_over(workspace, tmp_path):
     log = tmp_path / "handed.jsonl"
     env = {**workspace.env, "RADT_TEST_BATCH_LOG": str(log)}

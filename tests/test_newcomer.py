@@ -3,14 +3,20 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+import pkgutil
+import re
+import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, default_signals
 from servers import HttpServer, free_port
 
 
+@pytest.mark.slow
 def test_train_logs_to_mlflow_once_per_epoch_not_per_step(workspace):
     """Two epochs of 20 steps each: ``loss`` and ``examples_per_s`` have one point per epoch
     (steps 0 and 1), so the steps' time holds no MLflow call."""
@@ -49,6 +55,7 @@ def test_the_opening_line_names_the_experiment(workspace):
     assert opening[0].endswith(f" in experiment radt-demo (id {exp_id})")
 
 
+@pytest.mark.slow
 def test_radt_ui_says_its_own_line_only(workspace):
     """Dash's "Dash is running on …" and Flask's "* Serving Flask app …" / "* Debug mode: off"
     do not follow radT's line."""
@@ -90,13 +97,11 @@ def test_radt_listeners_says_what_each_records_and_which_are_opt_in(workspace):
 
 
 NO_ENSUREPIP = """#!/bin/sh
-# Debian's python3 without python3-venv: `-m venv` makes a half folder, then fails
-if [ "$1 $2" = "-m venv" ]; then
-    mkdir -p "$3/bin"
-    echo "The virtual environment was not successfully created because ensurepip is not"
-    echo "available.  On Debian/Ubuntu systems, you need to install the python3-venv"
-    exit 1
-fi
+# Debian's python3 without python3-venv, which ships ensurepip: `-m venv` would fail
+case "$*" in
+    *ensurepip*) echo "ModuleNotFoundError: No module named 'ensurepip'" >&2; exit 1;;
+    *"-m venv"*) mkdir -p "$3/bin"; echo "ensurepip is not available" >&2; exit 1;;
+esac
 exec {python} "$@"
 """
 
@@ -123,3 +128,130 @@ def test_make_says_in_one_line_what_to_install_for_the_virtualenv(tmp_path, pyth
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0], done.stderr
     assert not venv.exists()  # no half-made virtualenv for the next make to trust
+
+
+def test_make_n_makes_no_virtualenv(tmp_path):
+    venv = tmp_path / ".venv"
+    done = subprocess.run(
+        ["make", "-n", "-C", str(REPO), "demo", f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"-m venv {venv}" in done.stdout and "radt ui" in done.stdout
+    assert not venv.exists()
+
+
+# --------------------------------------------------------------------------- the walk-through
+
+GUIDES = [REPO / "README.md", *sorted((REPO / "examples").iterdir())]
+
+
+def guide_text() -> str:
+    """README.md and the examples' comments, each line's leading ``#`` and spaces dropped."""
+    lines = []
+    for path in GUIDES:
+        if path.is_file():
+            lines += [line.lstrip("# ") for line in path.read_text().splitlines()]
+    return "\n".join(lines)
+
+
+def git_ignores(path: str) -> bool:
+    done = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", path], timeout=60)
+    return done.returncode == 0
+
+
+def test_copies_and_outputs_of_the_walk_throughs_go_where_git_ignores():
+    text = guide_text()
+    copies = re.findall(r"\bcp examples/\S+ (\S+)", text)
+    written = re.findall(r"examples/analysis\.py \S+ (\S+)", text)
+    written += re.findall(r"--frontier -o (\S+)", text)
+    assert len(copies) >= 6 and written  # README's and every example's own
+    for path in copies + written:
+        assert path.startswith("scratch/") and git_ignores(path), path
+    # no guide runs a tracked example in place (radT would write its progress into it)
+    assert re.findall(r"\bradt examples/\S+\.(?:csv|ya?ml)\b", text) == []
+
+
+def test_the_cpu_study_says_what_readme_says():
+    study = (REPO / "examples" / "study_cpu.yaml").read_text()
+    readme = " ".join((REPO / "README.md").read_text().split())
+    for command in (
+        "cp examples/study_cpu.yaml scratch/my-study.yaml",
+        "radt scratch/my-study.yaml",
+    ):
+        assert command in study and command in readme, command
+    assert "scratch/my-study.plan.csv" in study and "scratch/my-study.plan.csv" in readme
+
+
+@pytest.mark.slow
+def test_readme_walk_through_leaves_git_status_clean(tmp_path):
+    """README's collocation walk-through, run as written in a checkout of the tracked files:
+    afterwards `git status` shows nothing, and examples/analysis.py says where it wrote."""
+    checkout = tmp_path / "radt"
+    tracked = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True, timeout=60
+    ).stdout.decode()
+    for name in filter(None, tracked.split("\0")):
+        source = REPO / name
+        if source.is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, checkout / name)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(checkout)]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "checkout"]):
+        subprocess.run(git + args, check=True, capture_output=True, timeout=120)
+
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    (block,) = [b for b in blocks if "cp examples/collocation.csv" in b]
+    commands = [line for line in block.splitlines() if not line.startswith("radt ui")]
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    for name, argv in (("radt", f"{sys.executable} -m radt"), ("python", sys.executable)):
+        (shims / name).write_text(f'#!/bin/sh\nexec {argv} "$@"\n')
+        (shims / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_"))}
+    env.update(
+        PATH=f"{shims}{os.pathsep}{env['PATH']}",
+        RADT_HOME=str(tmp_path / "home"),
+        MLFLOW_DISABLE_TELEMETRY="true",
+    )
+    done = subprocess.run(
+        ["bash", "-e", "-c", "\n".join(commands)],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        preexec_fn=default_signals,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    chart = checkout / "scratch" / "analysis.html"
+    assert f"wrote the chart to {chart}" in done.stdout
+    status = subprocess.run(
+        git + ["status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert status.stdout == ""
+
+
+def test_every_product_module_imports():
+    """The fast tier (``make test-fast``) reaches every module at least this far."""
+    import radt.frontend
+    import radt.listeners
+
+    import radt
+
+    names = [
+        info.name
+        for package in (radt, radt.frontend, radt.listeners)
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+    ]
+    assert {"radt.launch.launcher", "radt.listeners.top", "radt.frontend.serve"} <= set(names)
+    for name in names:
+        if not name.endswith(".__main__"):  # that one runs radT
+            importlib.import_module(name)

@@ -274,6 +274,7 @@ def spool_counter_rows(folder: Path) -> tuple[int, int]:
     return table.num_rows, len(key_rows(table, COUNTER))
 
 
+@pytest.mark.slow
 def test_server_killed_and_restarted_mid_run_loses_nothing(on_server, server, tmp_path):
     ws = on_server
     ws.script("train.py", TRAIN)
@@ -315,6 +316,7 @@ def test_server_killed_and_restarted_mid_run_loses_nothing(on_server, server, tm
     assert not (ws.home / "runs" / run_id).exists()
 
 
+@pytest.mark.slow
 def test_server_down_at_the_end_then_sync_completes_the_run(on_server, server, tmp_path):
     ws = on_server
     ws.script("train.py", TRAIN)
@@ -356,6 +358,7 @@ def test_server_down_at_the_end_then_sync_completes_the_run(on_server, server, t
     assert not folder.exists()
 
 
+@pytest.mark.slow
 def test_radt_killed_mid_run_sync_adopts_the_orphan(workspace, tmp_path):
     workspace.script("train.py", TRAIN)
     radt = Radt(workspace.start(["-l", "counter", "train.py"]))
@@ -423,6 +426,7 @@ def _damage(path: Path, how: str, first_batch_end: int) -> None:
         ),
     ],
 )
+@pytest.mark.slow
 def test_damaged_spool_chunk_is_reported_in_one_line_and_the_rest_uploaded(
     workspace, tmp_path, monkeypatch, how, kept
 ):
@@ -476,6 +480,7 @@ def test_damaged_spool_chunk_is_reported_in_one_line_and_the_rest_uploaded(
     assert not folder.path.exists()
 
 
+@pytest.mark.slow
 def test_sync_skips_a_run_its_radt_is_still_recording(workspace, tmp_path):
     workspace.script("train.py", TRAIN)
     radt = Radt(workspace.start(["-l", "counter", "train.py"]))

@@ -378,6 +378,7 @@ time.sleep(0.3)
 """
 
 
+@pytest.mark.slow
 def test_recorded_phases_carry_the_scripts_times_and_constant_power_gives_energy_by_time(
     workspace,
 ):

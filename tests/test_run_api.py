@@ -52,6 +52,7 @@ if how == "raise":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "status", "code"),
     [("end", "FINISHED", 0), ("exit", "FINISHED", 0), ("raise", "FAILED", 1)],
@@ -143,6 +144,7 @@ def expected_records(calls: list) -> tuple[list, list, list]:
     return counter, epochs, windows
 
 
+@pytest.mark.slow
 def test_samples_carry_the_scripts_own_times_and_counts(workspace, tmp_path):
     workspace.script("timeline.py", TIMELINE)
     done = workspace.run(["-l", "none", "--max-epochs", "2", "timeline.py"])
@@ -202,6 +204,7 @@ radt.log_examples(100)
 """
 
 
+@pytest.mark.slow
 def test_processes_of_a_run_sum_and_a_fork_does_not_count_twice(workspace, tmp_path):
     workspace.script("family.py", FAMILY)
     done = workspace.run(["-l", "none", "family.py"])
@@ -226,6 +229,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_a_command_killed_by_sigkill_keeps_what_it_had_sent(workspace, tmp_path):
     workspace.script("killed.py", KILLED)
     radt = workspace.start(["-l", "none", "killed.py"])
@@ -249,6 +253,7 @@ def test_a_command_killed_by_sigkill_keeps_what_it_had_sent(workspace, tmp_path)
 # ------------------------------------------------------------------ job and warm-up inputs
 
 
+@pytest.mark.slow
 def test_job_and_warmup_options_become_tags(workspace):
     workspace.script("one.py", "import radt\nradt.log_examples(1)\n")
     done = workspace.run(
@@ -277,6 +282,7 @@ def test_job_and_warmup_options_become_tags(workspace):
     assert 0 < start <= end
 
 
+@pytest.mark.slow
 def test_without_overrides_there_are_no_job_or_warmup_tags(workspace):
     done = workspace.run(["-l", "none", "--warmup-epochs", "3", "--", "true"])
     assert done.returncode == 0, done.stderr

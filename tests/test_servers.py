@@ -77,6 +77,7 @@ def test_the_whole_group_ends_and_the_server_restarts_on_its_port(tmp_path, scri
     assert not port_open(server.port)
 
 
+@pytest.mark.slow
 def test_a_server_that_dies_at_start_fails_with_its_log(tmp_path):
     code = "import sys; print('cannot bind: address in use', flush=True); sys.exit(3)"
     server = HttpServer([sys.executable, "-c", code], folder=tmp_path, log_path=tmp_path / "log")
@@ -93,6 +94,7 @@ def test_a_server_never_ready_is_killed_with_its_log_in_the_error(tmp_path):
     assert server.process is None
 
 
+@pytest.mark.slow
 def test_an_http_server_is_ready_when_it_answers(tmp_path):
     (tmp_path / "health").write_text("ok")
     port = free_port()

@@ -222,6 +222,7 @@ def test_loader_row_without_trainings_or_twice_is_a_plan_error_with_its_line(tmp
     assert "cannot have Collocation 3g.40gb" in by_line[8]
 
 
+@pytest.mark.slow
 def test_plan_with_loader_errors_is_refused_before_anything_starts(ws):
     write_plan(
         ws,
@@ -255,6 +256,7 @@ def test_letters_skip_l_when_a_workload_has_a_loader(tmp_path):
 # --------------------------------------------------------------------------- lifecycle
 
 
+@pytest.mark.slow
 def test_loader_starts_first_hands_its_ports_and_is_ended_after_its_trainings(ws):
     plan = stand_in_plan(ws)
     radt = Radt(ws, ["plan.csv"])
@@ -295,6 +297,7 @@ def test_loader_starts_first_hands_its_ports_and_is_ended_after_its_trainings(ws
     assert statuses(plan) == ["FINISHED"] * 3
 
 
+@pytest.mark.slow
 def test_loader_that_ignores_sigterm_is_killed_after_the_grace_period(ws):
     stand_in_plan(ws, loader_env="IGNORE_TERM=1", sleep="0")
     radt = Radt(ws, ["--grace", "1", "plan.csv"])
@@ -313,6 +316,7 @@ def test_loader_that_ignores_sigterm_is_killed_after_the_grace_period(ws):
     assert "did not end after SIGTERM; sending SIGKILL" in radt.err
 
 
+@pytest.mark.slow
 def test_loader_that_ends_before_it_is_ready_fails_the_workload_and_no_training_starts(ws):
     plan = stand_in_plan(ws, loader_env="EXIT_BEFORE_READY=1")
     radt = Radt(ws, ["plan.csv"])
@@ -334,6 +338,7 @@ def test_loader_that_ends_before_it_is_ready_fails_the_workload_and_no_training_
     assert statuses(plan) == ["FAILED"] * 3
 
 
+@pytest.mark.slow
 def test_loader_that_never_listens_fails_after_the_loader_timeout(ws):
     stand_in_plan(ws, loader_env="NEVER_READY=1")
     radt = Radt(ws, ["--loader-timeout", "2", "plan.csv"])
@@ -350,6 +355,7 @@ def test_loader_that_never_listens_fails_after_the_loader_timeout(ws):
     assert {r.info.status for r in [parent, *runs.values()]} == {"FAILED"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupting_radt_ends_the_loader_and_the_trainings(ws, signum):
     plan = stand_in_plan(ws, sleep="600")
@@ -368,6 +374,7 @@ def test_interrupting_radt_ends_the_loader_and_the_trainings(ws, signum):
     assert statuses(plan) == ["KILLED"] * 3
 
 
+@pytest.mark.slow
 def test_max_time_stops_the_loader_with_the_trainings(ws):
     stand_in_plan(ws, sleep="600")
     radt = Radt(ws, ["--max-time", "0.05", "--grace", "5", "plan.csv"])
@@ -403,6 +410,7 @@ def shared_plan(ws: Workspace, data: str, epochs: int) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_tensorsocket_loader_feeds_every_batch_to_two_trainings(ws):
     plan = shared_plan(ws, "--examples 256 --batch-size 32 --augment 1", epochs=2)
     radt = Radt(ws, ["plan.csv"])
@@ -423,6 +431,7 @@ def test_tensorsocket_loader_feeds_every_batch_to_two_trainings(ws):
     assert statuses(plan) == ["FINISHED"] * 3
 
 
+@pytest.mark.slow
 def test_tensorsocket_loader_killed_mid_epoch_fails_the_workload_and_stops_the_trainings(ws):
     plan = shared_plan(ws, "--examples 4096 --batch-size 32 --augment 1", epochs=3)
     radt = Radt(ws, ["--grace", "5", "plan.csv"])
@@ -447,6 +456,7 @@ def test_tensorsocket_loader_killed_mid_epoch_fails_the_workload_and_stops_the_t
     assert statuses(plan) == ["FAILED"] * 3
 
 
+@pytest.mark.slow
 def test_training_that_cannot_reach_the_loader_fails_in_bounded_time_and_says_why(tmp_path):
     port, ack, pub, sub = (free_port() for _ in range(4))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_"))}

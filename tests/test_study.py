@@ -345,6 +345,7 @@ def test_bad_study_is_one_line_per_problem_with_its_key(tmp_path, text, expected
     assert re.search(expected, lines[1]), lines[1]
 
 
+@pytest.mark.slow
 def test_dry_run_finds_placement_power_flag_problems_before_anything_starts(tmp_path, template_db):
     ws, gpu, path = study_ws(
         tmp_path,
@@ -370,6 +371,7 @@ def test_dry_run_finds_placement_power_flag_problems_before_anything_starts(tmp_
     assert gpu.changing_calls() == [] and all_runs(ws) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "model", "caps"),
     [
@@ -436,6 +438,7 @@ def test_mig_study_examples_pass_dry_run_on_the_stand_in_host(
 # --------------------------------------------------------------------------- running
 
 
+@pytest.mark.slow
 def test_study_runs_nested_and_resumes_after_sigint_without_rerunning_finished_work(
     tmp_path, template_db
 ):
@@ -486,6 +489,7 @@ def test_study_runs_nested_and_resumes_after_sigint_without_rerunning_finished_w
     assert plan.count(", FINISHED, ") == 12
 
 
+@pytest.mark.slow
 def test_yaml_written_by_the_original_radt_resumes_under_its_parent(tmp_path, template_db):
     ws, _gpu, path = study_ws(tmp_path, template_db, "", mig=False)
     client = ws.client()
@@ -545,6 +549,7 @@ def outcomes(ws) -> list[str]:
     return [r.data.tags["radt.probe.outcome"] for r in runs if "radt.probe.outcome" in r.data.tags]
 
 
+@pytest.mark.slow
 def test_batch_search_finds_each_slots_limit_and_probes_nothing_twice(tmp_path, template_db):
     ws, gpu, path = study_ws(tmp_path, template_db, SEARCH)
     most = math.ceil(math.log2(64 / 1)) + 1
@@ -588,6 +593,7 @@ def test_batch_search_finds_each_slots_limit_and_probes_nothing_twice(tmp_path, 
     assert json.loads(gpu.state_text() or "{}").get("gpus", {}) == {}
 
 
+@pytest.mark.slow
 def test_probe_that_fails_for_another_reason_stops_the_study_in_one_line(tmp_path, template_db):
     ws, gpu, path = study_ws(tmp_path, template_db, SEARCH)
     ws.env["JOB_FAIL"] = "1"
@@ -611,6 +617,7 @@ def test_candidates_and_the_most_probes():
     assert not batch.has_oom("RuntimeError: CUDA error: an illegal memory access")
 
 
+@pytest.mark.slow
 def test_study_cli_subprocess_smoke_of_bad_plan_path(tmp_path, template_db):
     ws, _gpu, _path = study_ws(tmp_path, template_db, "file: job.py\nlisteners: none\n")
     done = ws.run(["study.yaml", "--dry-run", "--plan", "plan.txt"])
@@ -620,6 +627,7 @@ def test_study_cli_subprocess_smoke_of_bad_plan_path(tmp_path, template_db):
     )
 
 
+@pytest.mark.slow
 def test_radt_max_steps_ends_the_script_cleanly_after_that_many_log_examples_calls(workspace):
     workspace.script(
         "steps.py",

@@ -45,7 +45,7 @@ from test_outage import (
 
 # Starting the server (the first test's setup) and the load test take minutes on a busy
 # 2-core machine: more than the suite's default of 300 s per test.
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(600)]
 
 FAKE_PYNVML = REPO / "tests" / "fakes" / "pynvml"
 NVML_SCENARIO = FIXTURES / "nvml_h100.json"

@@ -52,7 +52,10 @@ ui-study, alone, , , 0, none, job.py, top+iostat,
 ui-study, pair, , , 0, naive, job.py, top+iostat,
 ui-study, pair, , , 0, naive, job.py, top+iostat,
 """
-pytestmark = pytest.mark.timeout(600)  # the first test also waits for the study's radT runs
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.timeout(600),  # the first test also waits for the study's radT runs
+]
 TIMEOUT_MS = 60_000
 
 

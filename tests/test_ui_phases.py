@@ -19,7 +19,7 @@ from test_ui_browser import (  # noqa: F401 - browser and page are fixtures
     wait_text,
 )
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
 PHASED = """\
 import time, radt

@@ -900,6 +900,7 @@ def output_log(client, run_id: str, folder: Path) -> str:
     return Path(local).read_text()
 
 
+@pytest.mark.slow
 def test_a_demo_run_reports_the_rate_the_script_prints_after_its_first_epoch(workspace):
     """`make demo` with three epochs: radT's examples/s is the scripts' own after warm-up.
 
@@ -937,6 +938,7 @@ def test_a_demo_run_reports_the_rate_the_script_prints_after_its_first_epoch(wor
     assert row["examples_total"] / row["duration_s"] < row["examples_per_s"]
 
 
+@pytest.mark.slow
 def test_the_collocation_example_gives_every_client_a_slowdown_from_the_scripts_own_rates(
     workspace, tmp_path
 ):

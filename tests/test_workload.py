@@ -233,6 +233,7 @@ def naive(tmp_path_factory, template_db) -> NaiveResult:
     return NaiveResult(ws, plan, first, after_first, runs, second)
 
 
+@pytest.mark.slow
 def test_naive_plan_nests_one_child_run_per_row_under_a_parent_per_workload(naive):
     assert naive.first.returncode == 0, naive.first.stderr
     parents, children = parents_and_children(naive.runs_after_first)
@@ -259,6 +260,7 @@ def test_naive_plan_nests_one_child_run_per_row_under_a_parent_per_workload(naiv
     assert children["pair/B"].data.params["lr"] == "0.2"
 
 
+@pytest.mark.slow
 def test_naive_runs_of_a_workload_run_at_the_same_time(naive):
     a_start, a_end = read_times(naive.ws, "a")
     b_start, b_end = read_times(naive.ws, "b")
@@ -268,6 +270,7 @@ def test_naive_runs_of_a_workload_run_at_the_same_time(naive):
     assert c_start > max(a_end, b_end)
 
 
+@pytest.mark.slow
 def test_naive_output_is_prefixed_on_the_terminal_and_plain_in_each_run(naive, tmp_path):
     stdout = naive.first.stdout
     lines = [line for line in stdout.splitlines() if line]
@@ -288,6 +291,7 @@ def test_naive_output_is_prefixed_on_the_terminal_and_plain_in_each_run(naive, t
         assert not any(f"second line of {other}" in log for other in others)
 
 
+@pytest.mark.slow
 def test_naive_device_listeners_record_into_the_parent_and_run_listeners_into_children(naive):
     parents, children = parents_and_children(naive.runs_after_first)
     for parent in parents.values():
@@ -302,6 +306,7 @@ def test_naive_device_listeners_record_into_the_parent_and_run_listeners_into_ch
         assert child.data.tags["radt.listeners"] == "top+iostat"
 
 
+@pytest.mark.slow
 def test_naive_statuses_and_run_ids_are_written_back_and_nothing_else_changes(naive):
     _, children = parents_and_children(naive.runs_after_first)
     ids = {key: run.info.run_id for key, run in children.items()}
@@ -318,6 +323,7 @@ def test_naive_statuses_and_run_ids_are_written_back_and_nothing_else_changes(na
     assert naive.after_first == expected
 
 
+@pytest.mark.slow
 def test_naive_second_invocation_skips_everything_and_creates_no_run(naive):
     assert naive.second.returncode == 0, naive.second.stderr
     assert (
@@ -342,6 +348,7 @@ def csv_cells(plan: Path) -> list[tuple[str, str]]:
     return [(row[2].strip(), row[3].strip()) for row in rows]
 
 
+@pytest.mark.slow
 def test_failing_row_fails_its_run_and_the_workload_and_reruns_only_with_rerun(
     tmp_path, template_db
 ):
@@ -383,6 +390,7 @@ MPS_PLAN = HEADER + (
 )
 
 
+@pytest.mark.slow
 def test_mps_workload_gives_each_run_the_daemon_and_quits_it(tmp_path, template_db):
     """As root under a PowerLimit column too: set, tagged and restored."""
     ws = new_workspace(tmp_path, template_db)
@@ -436,6 +444,7 @@ MIG_PLAN = HEADER + (
 )
 
 
+@pytest.mark.slow
 def test_mig_workload_gives_each_run_its_slice_and_destroys_them(tmp_path, template_db):
     """As root with --power-limit too: set before the slices are made, restored after."""
     ws = new_workspace(tmp_path, template_db)
@@ -492,6 +501,7 @@ INTERRUPTED_PLAN = HEADER + (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_workload_kills_its_runs_tears_down_and_stops_the_plan(
     tmp_path, template_db, signum
@@ -556,6 +566,7 @@ SEVERAL_PROBLEMS = HEADER + (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "mig", "expected"),
     [
@@ -620,6 +631,7 @@ MIXED = HEADER + (
 )
 
 
+@pytest.mark.slow
 def test_modes_none_runs_only_the_baseline_and_params_never_reach_a_shell(tmp_path, template_db):
     ws = new_workspace(tmp_path, template_db)
     # were Params given to a shell, `rm -rf ~` would empty this folder, not the real home
@@ -663,6 +675,7 @@ def max_time(tmp_path_factory, template_db) -> tuple:
     return ws, done, pids, alive
 
 
+@pytest.mark.slow
 def test_max_time_stops_every_run_and_says_why(max_time):
     ws, done, pids, alive = max_time
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
@@ -677,6 +690,7 @@ def test_max_time_stops_every_run_and_says_why(max_time):
     assert parents["slow"].info.status == "KILLED"
 
 
+@pytest.mark.slow
 def test_max_time_stop_reason_is_on_the_parent_too(max_time):
     ws, _, _, _ = max_time
     parents, _ = parents_and_children(all_runs(ws))
@@ -703,6 +717,7 @@ def last_sample_s(ws: Workspace, run, prefix: str, dest: Path) -> float:
     return stamps.max().value / 1e9
 
 
+@pytest.mark.slow
 def test_a_clients_listeners_stop_with_its_command_and_the_workloads_with_the_last(
     tmp_path, template_db
 ):

@@ -26,6 +26,7 @@ from radt.frontend.style import MODES, PALETTE, empty_figure, mode_colour
 from radt.analysis.attribution import crosscheck_flagged
 from radt.analysis.summary import (
     BASELINE_SPREAD_LIMIT_PCT,
+    NO_GPU_NOTE,
     SHARED_LOADER,
     baseline_spread_flagged,
 )
@@ -755,6 +756,12 @@ LOADER_COLOURS = {"own": "#7f7f7f", "shared": "#2ca02c"}
 """Own loaders grey, one shared loader green, in :func:`cpu_figure`."""
 
 
+def _cpu_note(note) -> str:
+    """A row's ``window_note`` less what is about the GPU alone (no reason for missing CPU)."""
+    parts = [p for p in str(note).split("; ") if p != NO_GPU_NOTE] if _present(note) else []
+    return "; ".join(parts) or "no CPU per example"
+
+
 def cpu_figure(frame: pd.DataFrame) -> go.Figure:
     """Provider CPU per example (ms) by configuration for each Job, own vs shared loader.
 
@@ -808,7 +815,7 @@ def cpu_figure(frame: pd.DataFrame) -> go.Figure:
     if len(missing):
         notes = rows["window_note"] if "window_note" in rows else pd.Series(None, rows.index)
         lines = [
-            f"{name}: {note if _present(note) else 'no CPU per example'}"
+            f"{name}: {_cpu_note(note)}"
             for name, note in zip(missing["_name"], notes[missing.index], strict=True)
         ]
         fig.add_annotation(

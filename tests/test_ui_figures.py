@@ -546,6 +546,17 @@ def test_cpu_per_example_by_configuration_sets_own_and_shared_loaders_side_by_si
     assert fig.layout.title.text.endswith(": own loaders vs one shared loader")
 
 
+def test_cpu_chart_names_a_missing_cpu_figure_with_its_own_reason_not_the_gpus():
+    from radt.analysis.summary import NO_GPU_NOTE
+
+    study_ = loader_study()
+    study_["window_note"] = study_["window_note"].map(
+        lambda n: NO_GPU_NOTE if not isinstance(n, str) else f"{n}; {NO_GPU_NOTE}"
+    )
+    text = annotations(cpu_figure(study_))
+    assert "lost: run L: no samples" in text and "GPU listener" not in text
+
+
 def test_cpu_title_names_only_the_loaders_there_are():
     study_ = loader_study()
     own = cpu_figure(study_[study_["loader"] == "own"])

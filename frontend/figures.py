@@ -26,9 +26,11 @@ from radt.frontend.style import MODES, PALETTE, empty_figure, mode_colour
 from radt.analysis.attribution import crosscheck_flagged
 from radt.analysis.summary import (
     BASELINE_SPREAD_LIMIT_PCT,
+    NO_GPU_NOTE,
     SHARED_LOADER,
     baseline_spread_flagged,
 )
+from radt.words import count
 
 PROVIDERS = ("provider", "run")
 CLIENTS = ("client", "run")
@@ -141,7 +143,9 @@ def basis_note(frame: pd.DataFrame) -> str:
     counts = counts[counts.index != "-"]
     if counts.empty:
         return ""
-    parts = [f"{BASIS_WORDS.get(b, b)} [{b}, {n}]" for b, n in counts.items()]
+    parts = [
+        f"{count(n, 'workload')} on basis {b}, {BASIS_WORDS.get(b, b)}" for b, n in counts.items()
+    ]
     if len(parts) == 1:
         return f"Workload figures are over their window: {parts[0]}."
     return (
@@ -390,7 +394,13 @@ def throughput_energy_figure(frame: pd.DataFrame) -> go.Figure:
         fig.update_yaxes(showticklabels=False, row=1, col=2)
     fig.update_yaxes(exponentformat="SI", ticksuffix="J", row=1, col=2)
     fig.update_layout(barmode="relative")
-    return _finish(fig, title)
+    fig = _finish(fig, title)
+    # two rows of x labels (power limit, workload): a legend under them would cover them
+    fig.update_layout(
+        legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1.0, "yanchor": "top"},
+        margin={"r": 110},
+    )
+    return fig
 
 
 def slowdown_figure(frame: pd.DataFrame) -> go.Figure:
@@ -479,20 +489,16 @@ def slowdown_figure(frame: pd.DataFrame) -> go.Figure:
         )
     spread_out = part[part["_flagged"]]
     if len(spread_out):
+        spreads = ", ".join(f"{v:.0f}" for v in sorted({round(v) for v in spread_out["_cv"]}))
         fig.add_annotation(
-            text=f"hollow: baseline repeats spread over {BASELINE_SPREAD_LIMIT_PCT:g} %, "
-            "slowdown uncertain ("
-            + ", ".join(
-                f"{n} {v:.0f} %"
-                for n, v in zip(spread_out["run_name"], spread_out["_cv"], strict=True)
-            )
-            + ")",
+            text=f"hollow: the baseline's repeats spread {spreads} % (over "
+            f"{BASELINE_SPREAD_LIMIT_PCT:g} %): slowdown uncertain",
             xref="paper",
             yref="paper",
             x=0.0,
             y=1.0,
             xanchor="left",
-            yanchor="top",
+            yanchor="bottom",
             align="left",
             showarrow=False,
             font={"size": 11, "color": "#8a3b00"},
@@ -740,8 +746,20 @@ NO_CPU = (
     "No CPU per example in these workloads: it needs the <i>top</i> listener and<br>"
     "radt.log_examples(n) in the script (CPU core-seconds over the window / examples)."
 )
+LOADER_TITLES = {
+    ("own",): " (each training its own data loader)",
+    ("shared",): " (one shared data loader per workload)",
+    ("own", "shared"): ": own loaders vs one shared loader",
+}
+"""The end of :func:`cpu_figure`'s title: what the loaders shown are."""
 LOADER_COLOURS = {"own": "#7f7f7f", "shared": "#2ca02c"}
 """Own loaders grey, one shared loader green, in :func:`cpu_figure`."""
+
+
+def _cpu_note(note) -> str:
+    """A row's ``window_note`` less what is about the GPU alone (no reason for missing CPU)."""
+    parts = [p for p in str(note).split("; ") if p != NO_GPU_NOTE] if _present(note) else []
+    return "; ".join(parts) or "no CPU per example"
 
 
 def cpu_figure(frame: pd.DataFrame) -> go.Figure:
@@ -754,7 +772,7 @@ def cpu_figure(frame: pd.DataFrame) -> go.Figure:
     many). Workloads whose CPU per example is missing are named under the chart with
     their ``window_note``.
     """
-    title = "CPU per example by configuration: own loaders vs one shared loader"
+    title = "CPU per example by configuration"
     rows = frame[frame["level"].isin(PROVIDERS)]
     if rows.empty:
         return empty_figure(NO_CPU, title)
@@ -775,7 +793,9 @@ def cpu_figure(frame: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     keys = ["_job", "_config"]
     slots = list(dict.fromkeys(zip(known["_job"], known["_config"], strict=True)))
-    for loader in [m for m in ("own", "shared") if (known["_loader"] == m).any()]:
+    loaders = [m for m in ("own", "shared") if (known["_loader"] == m).any()]
+    title += LOADER_TITLES[tuple(loaders)]
+    for loader in loaders:
         mine = known[known["_loader"] == loader]
         means = mine.groupby(keys, sort=False)["_ms"].agg(["mean", "count"])
         names = mine.groupby(keys, sort=False)["_name"].agg(", ".join)
@@ -795,7 +815,7 @@ def cpu_figure(frame: pd.DataFrame) -> go.Figure:
     if len(missing):
         notes = rows["window_note"] if "window_note" in rows else pd.Series(None, rows.index)
         lines = [
-            f"{name}: {note if _present(note) else 'no CPU per example'}"
+            f"{name}: {_cpu_note(note)}"
             for name, note in zip(missing["_name"], notes[missing.index], strict=True)
         ]
         fig.add_annotation(

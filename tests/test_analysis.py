@@ -630,6 +630,9 @@ def test_runs_table(store, tmp_path, capsys):
     assert "naive x2" in pair and "0:20" in pair and "200.0" in pair and "1 J" in pair
     assert "20.0s" in pair and "5.000" in pair and "examples_lifetime" in pair
     assert any(line.startswith("  A: pair-A") and "1.71 *" in line for line in out)
+    at = out[0].index("slowdown")
+    assert pair[at : at + len("slowdown")].strip() == ""  # a workload has none: blank, not "-"
+    assert "nan" not in captured.out
     assert all("(equal)" in line for line in out if line.startswith(("  A: pair", "  B: pair")))
     # the baseline's repeats (12 and 9 ms per example) spread 20.2 %: flagged, with the spread
     assert "baseline repeats spread over 10 %" in captured.err

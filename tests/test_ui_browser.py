@@ -193,6 +193,24 @@ def trace_names(page: Page, graph: str = "ts-graph") -> list[str]:
     return figure(page, graph, "(gd.data || []).map(t => t.name)") or []
 
 
+def boxes(page: Page, selector: str) -> list[list[float]]:
+    """The boxes ``[left, top, right, bottom]`` of the elements ``selector`` as drawn."""
+    return page.locator(selector).evaluate_all(
+        "els => els.map(e => { const r = e.getBoundingClientRect();"
+        " return [r.left, r.top, r.right, r.bottom]; })"
+    )
+
+
+def overlapping(these: list[list[float]], those: list[list[float]]) -> list:
+    """The pairs of distinct boxes, one of each list, that share area."""
+    return [
+        (a, b)
+        for a in these
+        for b in those
+        if a is not b and min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])
+    ]
+
+
 def wait_text(page: Page, selector: str, text: str, present: bool = True) -> None:
     """Wait until the element ``selector`` exists and its text holds ``text`` (or not)."""
     page.wait_for_selector(selector)
@@ -314,6 +332,14 @@ def test_compare_page_draws_the_study_charts(page, ui, study, shots):
     assert sorted(sum(points, [])) == ["alone-A", "pair-A", "pair-B"]
     bars = figure(page, "cmp-bars", "gd.data.filter(t => t.type == 'bar').length")
     assert bars >= 2
+    # labels as drawn: the slowdown points' apart, the bars' legend off their x labels
+    labels = boxes(page, "#cmp-slowdown .textpoint text")
+    assert len(labels) == 3 and not overlapping(labels, labels), labels
+    markers = boxes(page, "#cmp-slowdown .scatterlayer .point")
+    assert len(markers) == 3 and not overlapping(labels, markers), (labels, markers)
+    legend = boxes(page, "#cmp-bars .legend .traces")
+    ticks = boxes(page, "#cmp-bars .xaxislayer-above text")
+    assert legend and ticks and not overlapping(legend, ticks), (legend, ticks)
     notes = " ".join(annotations(page, "cmp-efficiency"))
     assert "No GPU energy" in notes  # a CPU-only study: a note, not an empty plot
     assert "Workload figures are over their window" in page.inner_text("#cmp-note")

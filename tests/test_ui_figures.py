@@ -455,7 +455,10 @@ def test_points_say_their_window_and_basis_and_mixed_bases_are_kept_apart():
     assert all("30 s window, examples basis" in list(t.customdata[:, 2]) for t in fig.data)
     assert "%{customdata[2]}" in fig.data[0].hovertemplate
     note = basis_note(frame)
-    assert note.startswith("Workload figures are over their window: steady state")
+    assert note == (
+        "Workload figures are over their window: 4 workloads on basis examples, steady state "
+        "(a workload: while all its runs were in theirs)."
+    )  # no "[examples, 4]"
     old = frame.assign(basis=frame["basis"].where(frame["run_id"] != "pair", "examples_lifetime"))
     fig = efficiency_figure(old)
     names = {t.name for t in fig.data}
@@ -464,8 +467,9 @@ def test_points_say_their_window_and_basis_and_mixed_bases_are_kept_apart():
     lifetime = next(t for t in fig.data if t.name.endswith("examples_lifetime"))
     assert lifetime.marker.symbol.endswith("-open")
     note = basis_note(old)
-    assert note.startswith("Mixed bases, not comparable") and "[examples_lifetime, 1]" in note
-    assert "[examples, 3]" in note
+    assert note.startswith("Mixed bases, not comparable")
+    assert "1 workload on basis examples_lifetime, the whole run" in note
+    assert "3 workloads on basis examples, steady state" in note and "[" not in note
     bars = throughput_energy_figure(frame)
     assert "over a %{customdata}" in bars.data[0].hovertemplate
 
@@ -539,6 +543,37 @@ def test_cpu_per_example_by_configuration_sets_own_and_shared_loaders_side_by_si
     assert [list(level) for level in shared.x] == [["train.py"], ["naive x3"]]
     assert list(shared.y) == pytest.approx([6.0])
     assert "lost: run L: no samples" in annotations(fig)
+    assert fig.layout.title.text.endswith(": own loaders vs one shared loader")
+
+
+def test_cpu_chart_names_a_missing_cpu_figure_with_its_own_reason_not_the_gpus():
+    from radt.analysis.summary import NO_GPU_NOTE
+
+    study_ = loader_study()
+    study_["window_note"] = study_["window_note"].map(
+        lambda n: NO_GPU_NOTE if not isinstance(n, str) else f"{n}; {NO_GPU_NOTE}"
+    )
+    text = annotations(cpu_figure(study_))
+    assert "lost: run L: no samples" in text and "GPU listener" not in text
+
+
+def test_cpu_title_names_only_the_loaders_there_are():
+    study_ = loader_study()
+    own = cpu_figure(study_[study_["loader"] == "own"])
+    assert own.layout.title.text == (
+        "CPU per example by configuration (each training its own data loader)"
+    )  # not "vs one shared loader" when there is none
+    shared = cpu_figure(study_[study_["loader"] == "shared"])
+    assert (
+        "shared data loader" in shared.layout.title.text and "own" not in shared.layout.title.text
+    )
+
+
+def test_throughput_legend_is_beside_the_chart_not_over_its_two_rows_of_x_labels():
+    fig = throughput_energy_figure(study())
+    legend = fig.layout.legend
+    assert legend.x >= 1.0 and legend.xanchor == "left" and legend.orientation == "v"
+    assert fig.layout.margin.r >= 100  # room for it
 
 
 def test_cpu_per_example_without_top_says_what_it_needs():
@@ -592,7 +627,7 @@ def test_slowdown_against_a_baseline_whose_repeats_spread_is_flagged_with_the_sp
     assert [t.name for t in flagged] == ["naive (baseline spread > 10 %)"]
     assert list(flagged[0].text) == ["pair-A"] and flagged[0].marker.symbol == "circle-open"
     assert "baseline repeats spread 33.1 % (over 10 %)" in flagged[0].customdata[0][3]
-    assert "slowdown uncertain (pair-A 33 %)" in annotations(fig)
+    assert "the baseline's repeats spread 33 % (over 10 %): slowdown uncertain" in annotations(fig)
     assert "spread" not in annotations(slowdown_figure(study()))
 
 
@@ -712,3 +747,49 @@ def test_grid_rows_are_json_safe_and_show_the_hierarchy():
     assert fields - {"name", "kind"} <= set(COLUMNS)
     for wanted in ("status", "collocation", "mig_profile", "mps_thread_pct", "power_limit_w"):
         assert wanted in fields
+
+
+def _find(component, component_id: str):
+    """The component with ``component_id`` in a Dash layout tree."""
+    if getattr(component, "id", None) == component_id:
+        return component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, list) else [children]:
+        if child is not None and not isinstance(child, str):
+            found = _find(child, component_id)
+            if found is not None:
+                return found
+    return None
+
+
+def test_grid_shows_the_whole_job_its_params_and_why_a_figure_is_missing():
+    from radt.frontend.pages.runs import FULL_TEXT, MISSING_TIP, SPREAD_STYLE, layout
+
+    columns = {c["field"]: c for c in GRID_COLUMNS}
+    # `examples/train.py --ep…`: the job and its params are as wide as their text
+    assert {"job", "params"} <= set(FULL_TEXT) and "params" in columns
+    assert columns["job"]["tooltipField"] == "job" and columns["job"]["minWidth"] >= 320
+    grid = _find(layout(), "runs-grid")
+    assert grid.dashGridOptions["autoSizeStrategy"] == {
+        "type": "fitCellContents",
+        "colIds": ["job", "params"],
+    }
+    rows = {r["run_id"]: r for r in grid_rows(study().assign(params="epochs=3 lr=0.01"))}
+    assert rows["pair-0"]["params"] == "epochs=3 lr=0.01"
+    # a blank figure says why on hover (its row's window_note)
+    for field in ("energy_per_example_nj", "examples_per_s", "power_mean_w", "slowdown"):
+        assert "params.data.window_note" in columns[field]["tooltipValueGetter"]["function"]
+    assert columns["examples_per_s"]["tooltipValueGetter"] is MISSING_TIP
+    # the baseline spread: its own column, and the slowdown orange over 10 %
+    assert columns["slowdown"]["cellStyle"] is SPREAD_STYLE
+    assert columns["baseline_cv_pct"]["cellStyle"] is SPREAD_STYLE
+    (condition,) = SPREAD_STYLE["styleConditions"]
+    assert "params.data.baseline_cv_pct > 10" in condition["condition"]
+    assert "repeats spread" in columns["slowdown"]["tooltipValueGetter"]["function"]
+
+
+def test_the_key_list_shows_many_keys_at_a_time():
+    from radt.frontend.pages.timeseries import layout
+
+    keys = _find(layout(), "ts-keys")
+    assert keys.maxHeight >= 480  # Dash's 200 px showed 3 of 42 keys under its search box

@@ -788,7 +788,10 @@ def test_figures_missing_for_want_of_a_gpu_listener_say_so_in_the_notes(store, c
     assert row_of(frame, lone)["examples_per_s"] == pytest.approx(250.0)  # the rest stands
     assert row_of(frame, workload)["examples_per_s"] == pytest.approx(200.0)
     assert run_runs(["-e", "cpu-only", "--tracking-uri", uri]) == 0
-    assert f"\n  every row: {NO_GPU_NOTE}\n" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert f"\n  every row: {NO_GPU_NOTE}\n" in captured.err
+    lone_row = next(line for line in captured.out.splitlines() if line.startswith("alone "))
+    assert "nan" not in lone_row.split()  # a lone run's workload is "-"
 
 
 def test_a_workload_whose_run_has_no_cpu_samples_has_its_cpu_missing_with_the_reason(store):

@@ -32,6 +32,12 @@ function(_left, _right) {
 show (overlay scrollbars appear only while one scrolls, on macOS and in headless Chromium)."""
 LEVELS = {"provider": "workload", "client": "client", "loader": "loader", "run": "run"}
 _BLANK = "params.value == null ? '' : "
+_WHY = (
+    "(params.value == null && params.data.window_note ? "
+    "'missing: ' + params.data.window_note : null)"
+)
+MISSING_TIP = {"function": _WHY}
+"""A blank figure's tooltip: why it is missing (the row's ``window_note``)."""
 _NUMBER = {"function": _BLANK + "d3.format(',.1f')(params.value)"}
 _INTEGER = {"function": _BLANK + "d3.format(',.0f')(params.value)"}
 _RATIO = {"function": _BLANK + "d3.format('.2f')(params.value)"}
@@ -53,7 +59,7 @@ CROSSCHECK_STYLE = {
 CROSSCHECK_TIP = {
     "function": f"{_FLAGGED} ? 'energy cross-check: the integral of power is ' + "
     f"d3.format('+.1f')({_CHECK}) + ' % off the energy counter (over "
-    f"{CROSSCHECK_LIMIT_PCT:g} %)' : null"
+    f"{CROSSCHECK_LIMIT_PCT:g} %)' : {_WHY}"
 }
 _SPREAD = "params.data.baseline_cv_pct"
 _SPREAD_OUT = f"{_SPREAD} != null && {_SPREAD} > {BASELINE_SPREAD_LIMIT_PCT:g}"
@@ -66,7 +72,7 @@ SPREAD_STYLE = {
 SPREAD_TIP = {
     "function": f"{_SPREAD_OUT} ? 'against a baseline whose repeats spread ' + "
     f"d3.format('.1f')({_SPREAD}) + ' % (over {BASELINE_SPREAD_LIMIT_PCT:g} %): the slowdown "
-    "is uncertain; run the baseline again' : null"
+    f"is uncertain; run the baseline again' : {_WHY}"
 }
 _ESTIMATE = {"fontStyle": "italic", "color": "#555"}
 """Estimates look apart from measurements."""
@@ -76,6 +82,7 @@ def _col(field: str, header: str, fmt: dict | None = None, **extra) -> dict:
     column = {"field": field, "headerName": header, **extra}
     if fmt is not None:
         column.update(valueFormatter=fmt, filter="agNumberColumnFilter", type="rightAligned")
+        column.setdefault("tooltipValueGetter", MISSING_TIP)
     return column
 
 

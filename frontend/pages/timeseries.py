@@ -28,6 +28,8 @@ from radt.frontend.style import empty_figure
 from radt.words import count
 
 LIVE_MS = 3_000
+KEYS_LIST_PX = 560
+"""The open key list's height: about 16 keys at a time (Dash's default, 200 px, showed 3)."""
 GPU_LISTENERS = ("nvml/", "smi/", "dcgm/")
 
 
@@ -44,6 +46,7 @@ def layout() -> html.Div:
                         id="ts-keys",
                         multi=True,
                         placeholder="metric keys…",
+                        maxHeight=KEYS_LIST_PX,
                         style={"minWidth": "480px", "flex": "1"},
                     ),
                     dcc.RadioItems(

@@ -310,8 +310,8 @@ def runs_table(frame: pd.DataFrame) -> str:
             [
                 name,
                 str(row.status or "-"),
-                str(row.configuration or "-"),
-                str(row.workload or "-"),
+                _text(row.configuration),
+                _text(row.workload),
                 _duration(row.duration_s),
                 _duration(row.window_s, exact=True),
                 _number(row.examples_per_s),
@@ -386,10 +386,19 @@ def notes(frame: pd.DataFrame) -> list[str]:
     ]
 
 
+def _text(value) -> str:
+    """A text cell: ``-`` for a missing value (None or NaN; never ``nan``)."""
+    missing = value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
+    return "-" if missing else str(value)
+
+
 def _slowdown_cell(row) -> str:
-    """``1.71`` or, against a baseline whose repeats spread over the limit, ``1.71 *``."""
+    """``1.71`` or, against a baseline whose repeats spread over the limit, ``1.71 *``; blank
+    for a workload or a shared loader, which have none (``-`` is a figure missing)."""
     from radt.analysis.summary import baseline_spread_flagged
 
+    if row.level in ("provider", "loader"):
+        return ""
     text = _number(row.slowdown, 2)
     return f"{text} *" if baseline_spread_flagged(getattr(row, "baseline_cv_pct", None)) else text
 

@@ -126,6 +126,7 @@ class DcgmListener(StreamedListener):
     """Samples ``dcgm/gpu{i}/*`` (and ``…/gi{g}/…`` in MIG mode) from ``dcgmi dmon``."""
 
     name = "dcgm"
+    declared_options = ()
     scope = "device"
     default_interval_s = 0.5
     probe_timeout_s = 10.0

@@ -70,6 +70,7 @@ class IostatListener(PolledListener):
     """Disk and network throughput from psutil's cumulative counters, as rates."""
 
     name = "iostat"
+    declared_options = ()
     scope = "device"
     default_interval_s = 0.5
 

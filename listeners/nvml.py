@@ -63,6 +63,7 @@ class NvmlListener(PolledListener):
     ``nvml/gpu{i}/proc/*`` (the processes of one run, in that run)."""
 
     name = "nvml"
+    declared_options = ()
     scope = "device"
     default_interval_s = 0.1
 

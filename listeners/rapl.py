@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from radt.listener import PolledListener, RunContext, Sample, samples_from
+from radt.listener import Option, PolledListener, RunContext, Sample, samples_from
 
 DEFAULT_ROOT = Path("/sys/class/powercap")
 ZONE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
@@ -96,6 +96,9 @@ class RaplListener(PolledListener):
     """Samples ``rapl/<zone>/energy_j`` and ``rapl/<zone>/power_w`` for every readable zone."""
 
     name = "rapl"
+    declared_options = (
+        Option("root", str, str(DEFAULT_ROOT), "the powercap folder to read the zones from"),
+    )
     scope = "device"
     default_interval_s = 0.1
 

@@ -84,6 +84,7 @@ class SmiListener(StreamedListener):
     """Samples ``smi/gpu{i}/*`` from ``nvidia-smi --query-gpu … -lms N``."""
 
     name = "smi"
+    declared_options = ()
     scope = "device"
     default_interval_s = 0.5
 

@@ -85,6 +85,8 @@ def run_plan(options: PlanOptions) -> int:
     problems += check_plan(plan, pending, options, found)
     if problems:
         raise UsageError(_report(options.path, problems))
+    for note in plan.notes:
+        say(note)
     skipped = _skipped(plan, pending, options)
     if not pending:
         say(f"nothing to run in {options.path}: {skipped}")

@@ -95,22 +95,16 @@ class Checked:
     """The GPU the study was checked against, in words."""
 
 
-def check_study(study: Study, found: dict[str, Discovered], *, strict: bool) -> Checked:
+def check_study(study: Study, found: dict[str, Discovered]) -> Checked:
     """Problems with the study on this machine: its GPU model (MIG profiles, placements),
-    power limits, devices, listeners and batch flag. Changes nothing.
-
-    ``strict`` (a real run) makes listeners that cannot run here problems; a dry run only
-    notes them (it may be checked on another machine than the GPU host)."""
+    power limits, devices, listeners and batch flag. Changes nothing; a dry run and a real run
+    check the same."""
     checked = Checked()
     where = _where(study)
     try:
         select(study.listeners, found)
     except UsageError as exc:
-        message = f"{where('listeners')}: listeners: {exc}"
-        if strict or "unknown listener" in str(exc):
-            checked.problems.append(message)
-        else:
-            checked.notes.append(message)
+        checked.problems.append(f"{where('listeners')}: listeners: {exc}")
     _check_gpu(study, checked)
     if study.batch is not None:
         problem = batch.check_flag(study, study.batch)
@@ -244,8 +238,11 @@ def _check_without_gpu(study: Study, migs, caps, checked: Checked) -> None:
                 "for compute slices only"
             )
         else:
-            model = offering[0]
-            checked.gpu += f"; MIG profiles checked against the {model.name} table"
+            model = offering[0]  # every model offering them shares the geometry: one check
+            tables = " and ".join(m.name for m in offering)
+            checked.gpu += f"; MIG profiles checked against the {tables} table" + (
+                "s (the same profiles)" if len(offering) > 1 else ""
+            )
             listing = nvsmi.GpuListing(0, model.name, "GPU-model")
             state = model.state()
             for i, configuration in migs:
@@ -492,11 +489,11 @@ def run_study(options: StudyOptions) -> int:
     if plan_path.suffix.lower() != ".csv":
         raise UsageError(f"--plan {plan_path}: the plan is a CSV file (e.g. study.plan.csv)")
     found = discover(options.plan.listener_options)
-    checked = check_study(study, found, strict=not options.dry_run)
+    checked = check_study(study, found)
     if checked.problems:
         raise StudyError(study.path, checked.problems)
     for note in checked.notes:
-        say(note)
+        say(f"warning: {note}")
     progress = progress_of(study)
     rows = plan_rows(study, workloads, progress, {}, old_runs(plan_path))
     write_plan(plan_path, plan_text(study, rows, searched=False))

@@ -130,6 +130,7 @@ class DcgmListener(StreamedListener):
         "per GPU and MIG instance activity (GRACT, SMACT, SMOCC, tensor, DRAM, "
         "FP64/32/16, PCIe, NVLink), power and energy, from dcgmi dmon"
     )
+    declared_options = ()
     scope = "device"
     default_interval_s = 0.5
     probe_timeout_s = 10.0

@@ -71,6 +71,7 @@ class IostatListener(PolledListener):
 
     name = "iostat"
     records = "MiB/s and operations/s of each disk and network interface, and their totals"
+    declared_options = ()
     scope = "device"
     default_interval_s = 0.5
 

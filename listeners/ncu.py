@@ -38,16 +38,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from radt.listener import Listener, RunContext, samples_from
+from radt.listener import Listener, Option, RunContext, samples_from
 from radt.words import count
 
-from ._reports import ns_per, number, read_table, run_tool, timeout_option, write_csv
+from ._reports import (
+    DEFAULT_TIMEOUT_S,
+    ns_per,
+    number,
+    read_table,
+    run_tool,
+    timeout_option,
+    write_csv,
+)
 
 ARTIFACT_DIR = "radt/ncu"
 DURATION_METRIC = "gpu__time_duration.sum"
 SOL_SECTION = "GPU Speed Of Light Throughput"
 SOL_DURATION = "Duration"
 DEFAULT_RANGE = "profile"
+CAPTURES = ("all", "nvtx", "none")
 REQUIRED = ("ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
 KERNEL_COLUMNS = (
     "Kernel Name",
@@ -149,6 +158,18 @@ class NcuListener(Listener):
     """Wraps the command in ``ncu``; logs the profiled kernels' durations after it ends."""
 
     name = "ncu"
+    declared_options = (
+        Option("capture", str, "all", "nvtx: profile only inside the NVTX range", choices=CAPTURES),
+        Option("range", str, DEFAULT_RANGE, "the NVTX push/pop range capture=nvtx profiles"),
+        Option("launch_count", int, "", "profile at most this many kernel launches", least=1),
+        Option(
+            "timeout_s",
+            float,
+            f"{DEFAULT_TIMEOUT_S:g}",
+            "how long ncu --import may take",
+            positive=True,
+        ),
+    )
     on_by_default = False  # a profiler changes the run: only with -l
     records = "an Nsight Compute report of the command's kernels, their totals and top kernels"
     cost = "ncu replays each profiled kernel: the command runs many times slower"

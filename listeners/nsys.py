@@ -55,10 +55,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from radt.listener import Listener, RunContext, samples_from
+from radt.listener import Listener, Option, RunContext, samples_from
 from radt.words import count
 
 from ._reports import (
+    DEFAULT_TIMEOUT_S,
     ToolResult,
     ns_per,
     number,
@@ -75,6 +76,7 @@ REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 TOP_KERNELS = 20
 DEFAULT_TRACE = "cuda,nvtx,osrt"
 DEFAULT_RANGE = "profile"
+CAPTURES = ("all", "nvtx", "none")
 NO_KERNEL_DATA = "does not contain CUDA kernel data"
 
 
@@ -165,6 +167,18 @@ class NsysListener(Listener):
     """Wraps the command in ``nsys profile``; logs the kernel summary after it ends."""
 
     name = "nsys"
+    declared_options = (
+        Option("trace", str, DEFAULT_TRACE, "what nsys traces (its --trace)"),
+        Option("capture", str, "all", "nvtx: record only inside the NVTX range", choices=CAPTURES),
+        Option("range", str, DEFAULT_RANGE, "the NVTX push/pop range capture=nvtx records"),
+        Option(
+            "timeout_s",
+            float,
+            f"{DEFAULT_TIMEOUT_S:g}",
+            "how long nsys stats may take",
+            positive=True,
+        ),
+    )
     on_by_default = False  # a profiler changes the run: only with -l
     records = "an Nsight Systems report of the command, its kernel totals and top kernels"
     cost = "the command runs under nsys profile, with its tracing overhead"

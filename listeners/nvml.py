@@ -67,6 +67,7 @@ class NvmlListener(PolledListener):
         "per GPU power, energy, utilisation, memory, temperature, clocks, power limit and "
         "throttling; MIG devices' and processes' memory; each run's own SM utilisation"
     )
+    declared_options = ()
     scope = "device"
     default_interval_s = 0.1
 

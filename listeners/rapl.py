@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from radt.listener import PolledListener, RunContext, Sample, samples_from
+from radt.listener import Option, PolledListener, RunContext, Sample, samples_from
 
 DEFAULT_ROOT = Path("/sys/class/powercap")
 ZONE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
@@ -97,6 +97,9 @@ class RaplListener(PolledListener):
 
     name = "rapl"
     records = "CPU package, core, uncore and DRAM energy and power from the RAPL counters"
+    declared_options = (
+        Option("root", str, str(DEFAULT_ROOT), "the powercap folder to read the zones from"),
+    )
     scope = "device"
     default_interval_s = 0.1
 

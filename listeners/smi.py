@@ -88,6 +88,7 @@ class SmiListener(StreamedListener):
         "per GPU power, utilisation, memory, temperature, clocks, pstate and power limit, "
         "from nvidia-smi"
     )
+    declared_options = ()
     scope = "device"
     default_interval_s = 0.5
 

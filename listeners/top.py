@@ -20,11 +20,10 @@ from typing import Any
 
 import psutil
 
-from radt.listener import PolledListener, RunContext, Sample, samples_from
+from radt.listener import TRUE_WORDS, Option, PolledListener, RunContext, Sample, samples_from
 
 from ._rates import MIB, MIN_WINDOW_S, rate
 
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 TREE_REFRESH_S = 1.0
 
 
@@ -65,6 +64,9 @@ class TopListener(PolledListener):
     records = (
         "CPU %, RSS, threads and I/O of the command's process tree; the host's CPU %, "
         "memory, swap and load"
+    )
+    declared_options = (
+        Option("per_core", bool, "0", "also record each core's use, top/host/cpu{i}/cpu_pct"),
     )
     default_interval_s = 0.5
 

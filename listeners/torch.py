@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from radt.listener import Listener, RunContext, samples_from
+from radt.listener import Listener, Option, RunContext, samples_from
 
 ARTIFACT_DIR = "radt/torch"
 TRACE = "trace.json.gz"
@@ -326,6 +326,11 @@ class TorchListener(Listener):
     """Asks the run API to profile training steps; collects the trace and operator table."""
 
     name = "torch"
+    declared_options = (
+        Option("skip", int, str(DEFAULTS["skip"]), "steps to leave out first", least=LEAST["skip"]),
+        Option("steps", int, str(DEFAULTS["steps"]), "steps to record", least=LEAST["steps"]),
+        Option("top", int, str(DEFAULTS["top"]), "operators kept in the table", least=LEAST["top"]),
+    )
     on_by_default = False  # a profiler slows the steps it records: only with -l
     records = (
         "the PyTorch profiler's trace and operator table over a few training steps "

@@ -1,11 +1,13 @@
 """radT: experiment tracking for deep-learning training on shared GPUs, on MLflow."""
 
+from radt import run
 from radt.analysis.figures import summarize_samples
 from radt.analysis.frontier import frontier
 from radt.analysis.load import load, load_wide
 from radt.analysis.phases import phases
 from radt.analysis.summary import repeats, summary
 from radt.listener import Listener, PolledListener, RunContext, Sample, SampleBatch
+from radt.run import log_metric, log_metrics
 from radt.run_api import Run, log_epoch, log_examples, phase, start_window, step
 
 __version__ = "0.3.0.dev0"
@@ -23,9 +25,12 @@ __all__ = [
     "load_wide",
     "log_epoch",
     "log_examples",
+    "log_metric",
+    "log_metrics",
     "phase",
     "phases",
     "repeats",
+    "run",
     "start_window",
     "step",
     "summarize_samples",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
 SUBCOMMANDS = ("sync", "listeners", "export", "runs", "ui")
 MIN_WINDOW_S = 0.001
 PLAN_SUFFIXES = (".csv", ".yaml", ".yml")
+ORIGINAL_ONLY = ((("-w", "--workload"), "N"), (("-c", "--collocation"), "METHOD"))
+"""The original radT's flags for a single script's plan row: radT takes them from a plan."""
+NO_COLLOCATION = ("-", "none", "")
+DEVICE_PREFIXES = ("gpu-", "mig-")
 
 
 def launcher_parser() -> argparse.ArgumentParser:
@@ -24,13 +29,13 @@ def launcher_parser() -> argparse.ArgumentParser:
         prog="radt",
         usage="radt [options] COMMAND [ARGS...] | radt [options] PLAN.csv "
         "| radt [options] STUDY.yaml [--dry-run] "
-        "| radt sync [FOLDER] | radt listeners | radt export -e EXPERIMENT ... "
+        "| radt sync [FOLDER] | radt listeners [NAME] | radt export -e EXPERIMENT ... "
         "| radt runs [-e EXPERIMENT] | radt ui [--port 8050]",
         description="Run a training command as an MLflow run, with hardware listeners. "
         "A .py file runs with this Python; anything after -- runs as given.",
     )
     parser.add_argument("-e", "--experiment", help="experiment name or id (created if missing)")
-    parser.add_argument("-n", "--run-name", help="name of the MLflow run")
+    parser.add_argument("-n", "--run-name", "--name", help="name of the MLflow run")
     parser.add_argument(
         "-t", "--tag", action="append", default=[], metavar="KEY=VALUE", help="repeatable"
     )
@@ -49,10 +54,14 @@ def launcher_parser() -> argparse.ArgumentParser:
         help="an option for one listener, e.g. top.per_core=1; repeatable",
     )
     parser.add_argument(
-        "--interval", type=float, metavar="SECONDS", help="sampling interval of every listener"
+        "--interval",
+        "--poll_interval",
+        type=float,
+        metavar="SECONDS",
+        help="sampling interval of every listener",
     )
     parser.add_argument(
-        "-d", "--devices", metavar="IDS", help="GPU indices or UUIDs, comma-separated"
+        "-d", "--devices", metavar="IDS", help="GPU indices or UUIDs, joined by , or + (1+2)"
     )
     parser.add_argument(
         "--max-time", type=float, metavar="MINUTES", help="stop the command after this long"
@@ -105,7 +114,10 @@ def launcher_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tracking-uri", help="overrides MLFLOW_TRACKING_URI")
     parser.add_argument(
-        "--rerun", action="store_true", help="plans: run FAILED workloads again (FINISHED never)"
+        "-r",
+        "--rerun",
+        action="store_true",
+        help="plans: run FAILED workloads again (FINISHED never)",
     )
     parser.add_argument(
         "--rerun-all",
@@ -168,6 +180,19 @@ def launcher_parser() -> argparse.ArgumentParser:
     )
     # On the node: the workload of this array task (written by the submitting radT).
     parser.add_argument("--slurm-task", metavar="FILE", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--manual",
+        action="store_true",
+        help="the steady-state window starts when the script opens radt.run.RADTBenchmark()",
+    )
+    parser.add_argument(
+        "--buffered",
+        action="store_true",
+        help="leave the command's output buffered (radT sets PYTHONUNBUFFERED=1 otherwise)",
+    )
+    for flags, metavar in ORIGINAL_ONLY:
+        parser.add_argument(*flags, metavar=metavar, help=argparse.SUPPRESS)
+    parser.add_argument("--conda", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--version", action="store_true", help="print radT's version")
     return parser
 
@@ -193,29 +218,63 @@ def split_argv(argv: list[str], parser: argparse.ArgumentParser) -> tuple[list[s
     return argv, []
 
 
-def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
-    """Parse ``KEY=VALUE`` strings; raise UsageError for a malformed one."""
+def parse_pairs(
+    pairs: list[str], what: str, form: str = "KEY=VALUE, e.g. team=vision"
+) -> dict[str, str]:
+    """Parse ``KEY=VALUE`` strings; raise UsageError, showing ``form``, for a malformed one."""
     parsed = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"malformed {what} {pair!r}: expected KEY=VALUE, e.g. team=vision")
+            raise UsageError(f"malformed {what} {pair!r}: expected {form}")
         parsed[key.strip()] = value
     return parsed
 
 
 def parse_listener_options(pairs: list[str]) -> dict[str, dict[str, str]]:
     """``top.per_core=1`` → ``{"top": {"per_core": "1"}}``."""
+    form = "LISTENER.KEY=VALUE, e.g. top.per_core=1 (`radt listeners NAME` lists the keys)"
     options: dict[str, dict[str, str]] = {}
-    for key, value in parse_pairs(pairs, "listener option").items():
+    for key, value in parse_pairs(pairs, "listener option", form).items():
         listener, dot, name = key.partition(".")
-        if not dot or not name:
-            raise UsageError(
-                f"malformed listener option {key!r}: "
-                "expected LISTENER.KEY=VALUE, e.g. top.per_core=1"
-            )
+        if not dot or not name or not listener:
+            raise UsageError(f"malformed listener option {key!r}: expected {form}")
         options.setdefault(listener, {})[name] = value
     return options
+
+
+def parse_devices(text: str | None) -> list[str]:
+    """``0,1``, ``1+2`` (the original radT's form) or UUIDs → ids; UsageError for anything else."""
+    if text is None:
+        return []
+    devices = [part.strip() for part in text.replace("+", ",").split(",") if part.strip()]
+    wrong = [d for d in devices if not (d.isdigit() or d.lower().startswith(DEVICE_PREFIXES))]
+    if wrong or not devices:
+        raise UsageError(
+            f"-d {text}: {', '.join(wrong) or 'nothing'} is not a GPU index or UUID; "
+            "give indices or UUIDs joined by , or + (e.g. -d 0 or -d 1+2; "
+            "`nvidia-smi -L` lists them)"
+        )
+    return devices
+
+
+def refuse_original_only(args: argparse.Namespace) -> None:
+    """Answer the original radT's single-script flags that radT takes from a plan, in one line."""
+    if args.workload is not None:
+        raise UsageError(
+            f"-w/--workload {args.workload}: radT groups runs into workloads in a plan's "
+            "Workload column (radt plan.csv); a single command is a workload of its own"
+        )
+    if args.collocation is not None and args.collocation.strip().lower() not in NO_COLLOCATION:
+        raise UsageError(
+            f"-c/--collocation {args.collocation}: radT sets collocation in a plan's Collocation "
+            "column (radt plan.csv); a single command runs on its GPUs as they are"
+        )
+    if args.conda:
+        raise UsageError(
+            "--conda: radT runs the command in the environment radT runs in; "
+            "activate the conda environment first (conda activate ENV), then run radt"
+        )
 
 
 def _join_flag_values(own: list[str], options: tuple[str, ...]) -> list[str]:
@@ -353,6 +412,12 @@ def run_launcher(argv: list[str]) -> int:
         parser.print_usage(sys.stderr)
         raise UsageError("no command given; try `radt examples/train.py --epochs 1`")
     check_launcher_args(args)
+    refuse_original_only(args)
+    devices = parse_devices(args.devices)
+    if args.manual:
+        os.environ["RADT_MANUAL"] = "1"  # the command inherits it; radt.run reads it
+    if args.buffered:
+        os.environ["PYTHONUNBUFFERED"] = ""  # empty is unset for Python; radT keeps a set value
     modes = parse_modes(args.modes)
     inputs = job_inputs(args)
     from radt.launch.launcher import LaunchOptions, launch
@@ -420,7 +485,7 @@ def run_launcher(argv: list[str]) -> int:
         listeners=args.listeners,
         listener_options=parse_listener_options(args.listener_option),
         interval_s=args.interval,
-        devices=[d.strip() for d in args.devices.split(",")] if args.devices else [],
+        devices=devices,
         max_time_min=args.max_time,
         max_epochs=args.max_epochs,
         grace_s=args.grace,
@@ -432,8 +497,10 @@ def run_launcher(argv: list[str]) -> int:
 
 
 def run_listeners(argv: list[str]) -> int:
-    """``radt listeners``: every discovered listener and whether it can run here."""
+    """``radt listeners [NAME]``: every discovered listener and whether it can run here, or one
+    listener's options."""
     parser = argparse.ArgumentParser(prog="radt listeners", description=run_listeners.__doc__)
+    parser.add_argument("name", nargs="?", help="a listener: list its -o options")
     parser.add_argument(
         "-o",
         "--listener-option",
@@ -446,6 +513,8 @@ def run_listeners(argv: list[str]) -> int:
     from radt.launch.registry import discover
 
     found = discover(parse_listener_options(args.listener_option))
+    if args.name is not None:
+        return print_listener_options(args.name, found)
     width = max([len(name) for name in found] + [8])
     print(f"{'listener':<{width}}  {'available':<9}  {'default':<7}  details")
     opt_in = []
@@ -475,6 +544,30 @@ def listener_records(listener) -> str:
         return listener.records
     doc = (type(listener).__doc__ or "").strip().splitlines()
     return doc[0].rstrip(".") if doc else type(listener).__name__
+
+
+def print_listener_options(name: str, found: dict) -> int:
+    """Print one listener's ``-o`` options: key, kind, default, meaning."""
+    item = found.get(name)
+    if item is None:
+        raise UsageError(f"unknown listener {name}; known listeners: {', '.join(found)}")
+    declared = getattr(item.listener, "declared_options", None)
+    status = "available here" if item.reason is None else f"not available here: {item.reason}"
+    print(f"{name}: {status}")
+    if declared is None:
+        print(f"{name} does not declare its options; its documentation lists them")
+        return 0
+    if not declared:
+        print(f"{name} takes no -o options")
+        return 0
+    rows = [("option", "value", "default", "meaning")] + [
+        (f"-o {name}.{o.name}=", o.form, o.default or "-", o.help) for o in declared
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for *cells, meaning in rows:
+        padded = [cell.ljust(width) for cell, width in zip(cells, widths, strict=True)]
+        print("  ".join([*padded, meaning]))
+    return 0
 
 
 def run_sync(argv: list[str]) -> int:

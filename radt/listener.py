@@ -165,10 +165,82 @@ class RunContext:
     workload, where the run itself (``pid``, ``emit``) is the only client."""
 
 
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
+KINDS = {bool: "yes/no", int: "whole number", float: "number", str: "text"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``-o LISTENER.KEY=VALUE`` a listener takes: its key, type, default and meaning."""
+
+    name: str
+    kind: type
+    """``bool`` (1/0, true/false, yes/no, on/off), ``int``, ``float`` or ``str``."""
+    default: str
+    help: str
+    """One line: what the option changes."""
+    least: float | None = None
+    """The smallest number allowed (``int`` and ``float``)."""
+    positive: bool = False
+    """Only numbers above 0 (``float``)."""
+    choices: tuple[str, ...] = ()
+    """The words allowed (``str``); empty: any text."""
+
+    @property
+    def form(self) -> str:
+        """What a value looks like, in words: ``whole number ≥ 1``, ``all|nvtx``."""
+        if self.choices:
+            return "|".join(self.choices)
+        if self.positive:
+            return f"positive {KINDS[self.kind]}"
+        least = "" if self.least is None else f" ≥ {self.least:g}"
+        return KINDS[self.kind] + least
+
+    def problem(self, raw: str) -> str | None:
+        """What is wrong with ``raw`` as this option's value; None when it is fine."""
+        text = raw.strip().lower()
+        if self.kind is bool:
+            return None if text in TRUE_WORDS + FALSE_WORDS else "takes 1/0 (yes/no, on/off)"
+        if self.kind in (int, float):
+            try:
+                number = self.kind(text)
+            except ValueError:
+                return f"takes a {self.form}"
+            low = (self.least is not None and number < self.least) or (
+                self.positive and not number > 0
+            )
+            if low:
+                return f"takes a {self.form}"
+            return None
+        if self.choices and text not in self.choices:
+            return f"takes one of {', '.join(self.choices)}"
+        return None
+
+
+def option_problem(listener: str, options: Sequence[Option], key: str, raw: str) -> str | None:
+    """One line for ``-o LISTENER.KEY=VALUE`` when the key is unknown or the value wrong."""
+    known = {option.name: option for option in options}
+    given = f"-o {listener}.{key}={raw}"
+    if key not in known:
+        names = ", ".join(known) or "none"
+        return (
+            f"{given}: {listener} has no option {key}; its options: {names} "
+            f"(`radt listeners {listener}` says what they do)"
+        )
+    problem = known[key].problem(raw)
+    if problem is None:
+        return None
+    return f"{given}: {key} {problem} (`radt listeners {listener}` says what it does)"
+
+
 class Listener(ABC):
     """A source of samples. Subclasses set ``name`` and implement the verbs."""
 
     name: ClassVar[str]
+    declared_options: ClassVar[tuple[Option, ...] | None] = None
+    """The ``-o`` options it takes; radT refuses any other key and a wrong value before the
+    run starts. None (a plugin that declares none): its options are not checked."""
     default_interval_s: ClassVar[float] = 0.5
     on_by_default: ClassVar[bool] = True
     """Whether radT runs it when ``-l`` is not given (wrapping profilers are opt-in)."""

@@ -48,9 +48,15 @@ def quiet_mlflow_logs() -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
+ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\[\]]+)")
+"""The operating system's words in an error's text: ``[Errno 111] Connection refused``."""
+REASON_CHARS = 200
+
+
 def reason(exc: BaseException) -> str:
-    """The first line of what went wrong at the bottom of ``exc``'s chain, at most 200
-    characters (``attempt to write a readonly database``, not SQLAlchemy's wrapping)."""
+    """The first line of what went wrong at the bottom of ``exc``'s chain, cut between words
+    at about 200 characters (``attempt to write a readonly database``, not SQLAlchemy's
+    wrapping; ``… failed: Connection refused``, not urllib3's)."""
     seen = {id(exc)}
     while exc.__cause__ is not None and id(exc.__cause__) not in seen:
         exc = exc.__cause__
@@ -58,7 +64,12 @@ def reason(exc: BaseException) -> str:
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     first = re.sub(r"^\((\w+\.)*\w+\)\s*", "", first)
-    return first[:200]
+    errno = ERRNO.search(text)
+    if errno:  # a connection that failed: the OS's words, not urllib3's wrapping of them
+        first = f"{first.split(' with exception', 1)[0]}: {errno[1].strip()}"
+    if len(first) <= REASON_CHARS:
+        return first
+    return first[:REASON_CHARS].rsplit(" ", 1)[0].rstrip(" ,;:(") + "…"
 
 
 def store_error(uri: str, exc: BaseException, doing: str) -> RadtError:

@@ -46,16 +46,16 @@ def steps_of(events: list[dict]) -> list[str]:
 @pytest.mark.parametrize(
     ("option", "said"),
     [
-        ("torch.steps=0", "torch.steps='0' is not a whole number ≥ 1"),
-        ("torch.skip=x", "torch.skip='x' is not a whole number ≥ 0"),
-        ("torch.every=3", "unknown option torch.every (known: steps, skip, top)"),
+        ("torch.steps=0", "-o torch.steps=0: steps takes a whole number ≥ 1"),
+        ("torch.skip=x", "-o torch.skip=x: skip takes a whole number ≥ 0"),
+        ("torch.every=3", "-o torch.every=3: torch has no option every; its options: skip, steps"),
     ],
 )
 def test_a_bad_option_is_one_line_before_anything_starts(workspace, option, said):
     done = workspace.run(["-l", "torch", "-o", option, "--", "true"])
-    assert done.returncode != 0
+    assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("radt: error: listener not available here")
+    assert len(lines) == 1 and lines[0].startswith("radt: error: -o torch.")
     assert said in lines[0]
     assert "Traceback" not in done.stderr
     assert workspace.runs() == []

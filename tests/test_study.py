@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 from collections import Counter
 
 import pytest
 import yaml
-from conftest import REPO, wait_for
+from conftest import FAKES, REPO, wait_for
 from test_workload import ROOT, new_workspace, with_fakes
 
 from radt.plans import batch
@@ -387,6 +388,8 @@ def test_mig_study_examples_pass_dry_run_on_the_stand_in_host(
     for part in (name, "train.py", "synthetic_data.py"):  # train.py imports its data module
         (ws.root / "examples" / part).write_text((REPO / "examples" / part).read_text())
     ws.env["FAKE_NVIDIA_SMI_MODEL"] = model
+    # the stand-in host has NVML too: a dry run refuses the nvml listener without it, as a run
+    ws.env["PYTHONPATH"] = os.pathsep.join([str(FAKES / "pynvml"), ws.env["PYTHONPATH"]])
     done = ws.run([f"examples/{name}", "--dry-run", "--plan", "plan.csv"])
     assert done.returncode == 0, done.stderr
     assert (

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 from radt.errors import UsageError
-from radt.listener import Listener
+from radt.listener import Listener, option_problem
 
 GROUP = "radt.listeners"
 ALIASES = {"dcgmi": "dcgm", "ps": "top", "free": "top"}
@@ -35,13 +35,23 @@ class Discovered:
 
 
 def discover(options: dict[str, dict[str, str]] | None = None) -> dict[str, Discovered]:
-    """Load every registered listener, give it its ``-o`` options, ask whether it can run here."""
+    """Load every registered listener, give it its ``-o`` options, ask whether it can run here.
+
+    Raises UsageError for an option key a listener does not declare, or a value of the wrong
+    kind (:attr:`Listener.declared_options`), before that listener is made.
+    """
     found: dict[str, Discovered] = {}
     for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
         if ep.name in found:
             continue
         try:
-            listener = ep.load()()
+            kind = ep.load()
+        except Exception as exc:  # a broken plugin must not break radT
+            found[ep.name] = Discovered(ep.name, ep.value, None, f"failed to load: {exc}")
+            continue
+        check_values(ep.name, kind, (options or {}).get(ep.name, {}))
+        try:
+            listener = kind()
             configure = getattr(listener, "configure", None)
             if configure is not None:
                 configure(dict((options or {}).get(ep.name, {})))
@@ -51,6 +61,17 @@ def discover(options: dict[str, dict[str, str]] | None = None) -> dict[str, Disc
             continue
         found[ep.name] = Discovered(ep.name, ep.value, listener, reason)
     return found
+
+
+def check_values(name: str, kind: type, values: dict[str, str]) -> None:
+    """Refuse ``-o NAME.KEY=VALUE`` that the listener ``kind`` does not take, in one line."""
+    declared = getattr(kind, "declared_options", None)
+    if declared is None:
+        return
+    for key, raw in values.items():
+        problem = option_problem(name, declared, key, raw)
+        if problem:
+            raise UsageError(problem)
 
 
 def parse_names(spec: str) -> list[str]:

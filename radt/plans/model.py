@@ -12,7 +12,7 @@ Rows with the same Experiment and Workload run together as one workload.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from radt.errors import UsageError
@@ -64,6 +64,9 @@ class Collocation:
     mode: str  # "none" | "naive" | "mps" | "mig"
     mps_thread_pct: int | None = None  # 1..100 for "mps:PCT"
     mig_profile: str | None = None  # GPU-instance profile, e.g. "3g.40gb"
+    blank: bool = field(default=False, compare=False)
+    """The cell said ``-`` or nothing: the original radT's "no collocation method", a
+    baseline alone and naive sharing among several rows of one workload."""
 
     @property
     def label(self) -> str:
@@ -209,6 +212,8 @@ class Plan:
 
     path: Path
     workloads: list[Workload]
+    notes: list[str] = field(default_factory=list)
+    """What radT read differently from the cells' plain words, said once when it runs."""
 
     @property
     def rows(self) -> list[Row]:

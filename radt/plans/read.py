@@ -51,7 +51,9 @@ _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 def parse_collocation(text: str) -> Collocation:
     """Parse a Collocation cell; raises ValueError with a message for the user."""
     value = text.strip().lower()
-    if value in (*EMPTY, "none"):
+    if value in EMPTY:
+        return Collocation("none", blank=True)
+    if value == "none":
         return Collocation("none")
     if value == "naive":
         return Collocation("naive")
@@ -501,6 +503,27 @@ def _group(rows: list[Row]) -> list[Workload]:
     return list(workloads.values())
 
 
+def _blank_rows_shared(workloads: list[Workload]) -> str | None:
+    """Read ``-`` as naive sharing in workloads of several trainings, as the original radT ran
+    them; return the note that says so (None when no workload has such rows)."""
+    changed = []
+    for workload in workloads:
+        trainings = workload.trainings
+        if len(trainings) < 2 or not any(row.collocation.blank for row in trainings):
+            continue
+        for row in trainings:
+            if row.collocation.blank:
+                row.collocation = Collocation("naive", blank=True)
+        changed.append(workload.label)
+    if not changed:
+        return None
+    return (
+        f"collocation - in {count(len(changed), 'workload')} of several runs "
+        f"({', '.join(changed)}) means naive sharing, as in the original radT; "
+        "write none for a baseline"
+    )
+
+
 def read_plan(path: Path, *, cwd: Path | None = None) -> Plan:
     """Read and validate a plan; raises PlanError (a UsageError) listing every problem.
 
@@ -527,8 +550,10 @@ def read_plan(path: Path, *, cwd: Path | None = None) -> Plan:
             if row:
                 rows.append(row)
     workloads = _group(rows)
+    note = _blank_rows_shared(workloads)
+    notes = [note] if note else []
     for workload in workloads:
         problems += _workload_problems(workload)
     if problems:
-        raise PlanError(path, problems, Plan(path, workloads))
-    return Plan(path, workloads)
+        raise PlanError(path, problems, Plan(path, workloads, notes))
+    return Plan(path, workloads, notes)

@@ -92,6 +92,8 @@ def run_plan(options: PlanOptions) -> int:
     problems += check_plan(plan, pending, options, found, read_gpus=options.slurm is None)
     if problems:
         raise UsageError(_report(options.path, problems))
+    for note in plan.notes:
+        say(note)
     if options.slurm is not None:
         from radt.slurm.dispatch import run_on_slurm
         from radt.slurm.options import slurm_options

@@ -95,19 +95,22 @@ class Checked:
     """The GPU the study was checked against, in words."""
 
 
-def check_study(study: Study, found: dict[str, Discovered], *, strict: bool) -> Checked:
+def check_study(
+    study: Study, found: dict[str, Discovered], *, on_this_machine: bool = True
+) -> Checked:
     """Problems with the study on this machine: its GPU model (MIG profiles, placements),
-    power limits, devices, listeners and batch flag. Changes nothing.
+    power limits, devices, listeners and batch flag. Changes nothing; a dry run and a real run
+    check the same.
 
-    ``strict`` (a real run) makes listeners that cannot run here problems; a dry run only
-    notes them (it may be checked on another machine than the GPU host)."""
+    ``on_this_machine`` False (the workloads run as Slurm jobs on other nodes): a listener
+    that cannot run here is a note, since the node decides; an unknown one stays a problem."""
     checked = Checked()
     where = _where(study)
     try:
         select(study.listeners, found)
     except UsageError as exc:
         message = f"{where('listeners')}: listeners: {exc}"
-        if strict or "unknown listener" in str(exc):
+        if on_this_machine or "unknown listener" in str(exc):
             checked.problems.append(message)
         else:
             checked.notes.append(message)
@@ -244,8 +247,11 @@ def _check_without_gpu(study: Study, migs, caps, checked: Checked) -> None:
                 "for compute slices only"
             )
         else:
-            model = offering[0]
-            checked.gpu += f"; MIG profiles checked against the {model.name} table"
+            model = offering[0]  # every model offering them shares the geometry: one check
+            tables = " and ".join(m.name for m in offering)
+            checked.gpu += f"; MIG profiles checked against the {tables} table" + (
+                "s (the same profiles)" if len(offering) > 1 else ""
+            )
             listing = nvsmi.GpuListing(0, model.name, "GPU-model")
             state = model.state()
             for i, configuration in migs:
@@ -493,7 +499,7 @@ def run_study(options: StudyOptions) -> int:
         raise UsageError(f"--plan {plan_path}: the plan is a CSV file (e.g. study.plan.csv)")
     found = discover(options.plan.listener_options)
     # Submitting to Slurm: whether a listener can run is the node's to say (see check_plan).
-    checked = check_study(study, found, strict=not (options.dry_run or options.plan.slurm))
+    checked = check_study(study, found, on_this_machine=options.plan.slurm is None)
     if checked.problems:
         raise StudyError(study.path, checked.problems)
     if options.plan.slurm is not None:  # an unknown option: one line before anything happens
@@ -501,7 +507,7 @@ def run_study(options: StudyOptions) -> int:
 
         slurm_options(study.slurm, options.plan.slurm.overrides, f"{study.path}: slurm:")
     for note in checked.notes:
-        say(note)
+        say(f"warning: {note}")
     progress = progress_of(study)
     rows = plan_rows(study, workloads, progress, {}, old_runs(plan_path))
     write_plan(plan_path, plan_text(study, rows, searched=False))

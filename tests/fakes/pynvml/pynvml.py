@@ -46,7 +46,9 @@ Scenario, per GPU (see nvml_h100.json): ``name``, ``uuid``, ``power_mw``,
 null: the field is not supported; ``{"error": "UNKNOWN"}``: that read fails so),
 ``process_utilization`` (a list of batches, the k-th call adds batch k, cycling, stamped
 with the current time: each batch a list of ``{"pid", "sm_pct", "mem_pct"}``; absent: not
-supported), ``mig_mode`` (``[current,
+supported), ``api_restrictions`` (``{"application_clocks": bool, "auto_boosted_clocks":
+bool}``: whether ``nvmlDeviceGetAPIRestriction`` says root only, ``NVML_FEATURE_ENABLED``;
+absent: restricted, the drivers' default), ``mig_mode`` (``[current,
 pending]``), ``max_mig_devices``, ``mig_devices`` (``index``, ``uuid``, ``name``,
 ``gpu_instance_id``, ``compute_instance_id``, ``memory_bytes``), ``processes``
 (``pid``: a number, ``"$ROOT"``, ``"$CHILDREN"`` (each child of this process) or
@@ -131,6 +133,10 @@ NVML_PSTATE_0 = 0
 NVML_PSTATE_15 = 15
 NVML_PSTATE_UNKNOWN = 32
 NVML_DEVICE_MIG_DISABLE = 0x0
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
+NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS = 0
+NVML_RESTRICTED_API_SET_AUTO_BOOSTED_CLOCKS = 1
 NVML_DEVICE_MIG_ENABLE = 0x1
 NVML_VALUE_NOT_AVAILABLE_ulonglong = c_ulonglong(-1)
 NVML_VALUE_NOT_AVAILABLE_uint = c_uint(-1)
@@ -548,6 +554,15 @@ def nvmlDeviceGetFieldValues(handle, fieldIds):
         values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_INT
         values[i].value.uiVal = int(value)
     return values
+
+
+def nvmlDeviceGetAPIRestriction(device, apiType):
+    gpu, mig, _ = _call("nvmlDeviceGetAPIRestriction", device)
+    if mig is not None or apiType not in (0, 1):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    names = ("application_clocks", "auto_boosted_clocks")
+    restricted = gpu.get("api_restrictions", {}).get(names[apiType], True)
+    return NVML_FEATURE_ENABLED if restricted else NVML_FEATURE_DISABLED
 
 
 def nvmlDeviceGetEnforcedPowerLimit(handle):

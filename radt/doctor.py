@@ -506,10 +506,29 @@ def run_doctor(argv: list[str]) -> int:
         metavar="A,B",
         help=f"exit 1 naming what is missing among these (of: {', '.join(NAMES)}, gpuN)",
     )
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help="record the built-in load as a run and report how the GPU's readings compare",
+    )
+    parser.add_argument("-d", "--device", type=int, default=0, help="GPU index (--measure)")
+    parser.add_argument(
+        "--seconds", type=float, default=30.0, help="length of the load (--measure; at least 5)"
+    )
     args = parser.parse_args(argv)
     from radt.cli import parse_listener_options
     from radt.tracking import prepare_process_env
 
+    if args.measure:
+        from radt.doctor_measure import MIN_SECONDS, listeners_here, measure, report
+
+        if args.seconds < MIN_SECONDS:
+            raise UsageError(
+                f"--seconds {args.seconds:g} is too short; give at least {MIN_SECONDS}"
+            )
+        values = measure(args.device, args.seconds, listeners_here())
+        print(json.dumps(values, indent=1) if args.json else report(values))
+        return 0
     prepare_process_env()
     found = rows(parse_listener_options(args.listener_option))
     if args.require is not None:

@@ -117,10 +117,11 @@ def figures(samples: pd.DataFrame, sched: Schedule, device: int = 0) -> dict[str
     }
     out["instant_vs_counter_pct"] = pct(out["energy_instant_j"], out["energy_counter_j"])
     out["average_vs_counter_pct"] = pct(out["energy_average_j"], out["energy_counter_j"])
-    window = lambda t: (t >= lo) & (t <= hi)  # noqa: E731
-    smi_mean = float(smi_p[window(smi_t)].mean()) if window(smi_t).any() else None
-    avg_mean = float(avg_p[window(avg_t)].mean()) if window(avg_t).any() else None
-    out["smi_vs_nvml_pct"] = pct(smi_mean, avg_mean)
+    smi_in, avg_in = smi_p[(smi_t >= lo) & (smi_t <= hi)], avg_p[(avg_t >= lo) & (avg_t <= hi)]
+    out["smi_vs_nvml_pct"] = pct(
+        float(smi_in.mean()) if len(smi_in) else None,
+        float(avg_in.mean()) if len(avg_in) else None,
+    )
     idle_lo, idle_hi = sched.bounds("idle")
     full_lo, full_hi = sched.bounds("full")
     idle = inst_p[(inst_t >= idle_lo) & (inst_t < idle_hi)]

@@ -3,12 +3,14 @@ supported clocks, locked, and reset after success, a failure and SIGINT."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 
 import pytest
-from conftest import default_signals
+import test_workload as workload
+from conftest import default_signals, kill_quietly, wait_for
 from test_collocation import FakeGpu, gpu, run_teardown  # noqa: F401 - gpu: a fixture
 
 from radt.collocation import clocks, nvsmi
@@ -109,3 +111,69 @@ def test_clock_reset_after_a_failure_and_sigint(fake_gpu, how):
     assert ("KeyboardInterrupt" if how == "sigint" else "RuntimeError: the run failed") in err
     assert fake_gpu.state() == {}
     assert fake_gpu.smi_calls()[-1] == ["-i", "0", "-rgc"]
+
+
+# --------------------------------------------------------------------------- GpuClock in plans
+
+CLOCK_PLAN = (
+    "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params, "
+    "GpuClock, Env\n"
+    "study, clocked, , , 0, none, job.py, none, , {mhz}, JOB=a EXIT={code} SLEEP={sleep}\n"
+)
+
+
+def clock_calls(fake: workload.FakeGpu) -> list[list[str]]:
+    return [argv for argv in fake.smi_calls() if {"-lgc", "-rgc"} & set(argv)]
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_plan_locks_the_clock_tags_the_runs_and_resets_it(tmp_path, template_db, code):
+    ws = workload.new_workspace(tmp_path, template_db)
+    fake = workload.with_fakes(ws)
+    before = workload.someone_else_set_300_w(fake)
+    workload.write_plan(ws, CLOCK_PLAN.format(mhz="1095 MHz", code=code, sleep=0))
+    done = ws.run(["plan.csv"])
+    assert done.returncode == code, done.stderr
+    seen = workload.jobs(done.stdout)["a"][1]["gpu"]["gpus"]["0"]
+    assert seen["locked_clocks"] == [1095, 1095]  # while the run ran
+    assert fake.state_text() == before
+    assert clock_calls(fake) == [["-i", "0", "-lgc", "1095,1095"], ["-i", "0", "-rgc"]]
+    parents, children = workload.parents_and_children(workload.all_runs(ws))
+    assert parents["clocked"].data.tags["radt.gpu_clock_mhz"] == "1095"
+    assert children["clocked/A"].data.tags["radt.gpu_clock_mhz"] == "1095"
+    assert children["clocked/A"].info.status == ("FINISHED" if code == 0 else "FAILED")
+
+
+def test_plan_resets_the_clock_after_sigint(tmp_path, template_db):
+    ws = workload.new_workspace(tmp_path, template_db)
+    fake = workload.with_fakes(ws)
+    before = workload.someone_else_set_300_w(fake)
+    workload.write_plan(ws, CLOCK_PLAN.format(mhz="1095", code=0, sleep=120))
+    radt = ws.start(["--grace", "2", "plan.csv"])
+    pid = None
+    try:
+        pid = wait_for(lambda: workload.started_pid(ws, "a"), timeout=90)
+        assert json.loads(fake.state_text())["gpus"]["0"]["locked_clocks"] == [1095, 1095]
+        radt.send_signal(signal.SIGINT)
+        _, err = radt.communicate(timeout=90)
+        assert radt.returncode == 128 + signal.SIGINT, err
+        assert fake.state_text() == before
+        assert clock_calls(fake)[-1] == ["-i", "0", "-rgc"]
+    finally:
+        radt.kill()
+        if pid:
+            kill_quietly(pid)
+
+
+def test_plan_with_an_unsupported_clock_is_refused_before_anything_starts(tmp_path, template_db):
+    ws = workload.new_workspace(tmp_path, template_db)
+    fake = workload.with_fakes(ws)
+    workload.write_plan(ws, CLOCK_PLAN.format(mhz="1201", code=0, sleep=0))
+    done = ws.run(["plan.csv"])
+    assert done.returncode == 2
+    assert (
+        "plan.csv line 2: GPU 0 (NVIDIA A100-SXM4-40GB) does not support a 1201 MHz clock; "
+        "it supports 210-1410 MHz, the nearest is 1200 MHz"
+    ) in done.stderr
+    assert clock_calls(fake) == []
+    assert workload.started_pid(ws, "a") is None

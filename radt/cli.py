@@ -595,6 +595,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_sync(argv[1:])
         if argv and argv[0] == "listeners":
             return run_listeners(argv[1:])
+        if argv and argv[0] == "doctor":
+            from radt.doctor import run_doctor
+
+            return run_doctor(argv[1:])
         if argv and argv[0] == "export":
             from radt.analysis.export import run_export
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from radt.collocation import mig, mps, nvsmi, power
+from radt.collocation import clocks, mig, mps, nvsmi, power
 from radt.collocation.common import (
     MODES,
     Slot,
@@ -24,12 +24,17 @@ Gpus = list[nvsmi.GpuListing]
 
 
 def check(
-    requests: list[SlotRequest], power_limits: dict[int, float], plan_name: str = "plan"
+    requests: list[SlotRequest],
+    power_limits: dict[int, float],
+    plan_name: str = "plan",
+    *,
+    gpu_clocks: dict[int, int] | None = None,
 ) -> list[str]:
-    """Every problem with setting up ``requests`` and ``power_limits``, one line each.
+    """Every problem with setting up ``requests``, ``power_limits`` and ``gpu_clocks``
+    (MHz per GPU index), one line each.
 
     Reads the GPU (``nvidia-smi -L``, MIG mode, ``mig -lgip``/``-lgi``, ``-q -d
-    POWER``, MPS daemons) and changes nothing. Each message starts with
+    POWER``, supported clocks, MPS daemons) and changes nothing. Each message starts with
     ``<plan_name> line N`` (or ``lines N, M``).
     """
     problems: list[str] = []
@@ -46,13 +51,17 @@ def check(
             add(f"{at([r.line])}: {message}")
     gpu_rows = [r for r in requests if r.mode in ("mps", "mig")]
     mps_rows = [r for r in requests if r.mode == "mps"]
-    power_lines = [r.line for r in requests if _raw_index(r) in power_limits]
+    gpu_clocks = gpu_clocks or {}
+    power_lines = [
+        r.line for r in requests if _raw_index(r) in power_limits or _raw_index(r) in gpu_clocks
+    ]
     smi_lines = [r.line for r in gpu_rows] + power_lines
-    needs_smi = bool(gpu_rows or power_limits)
+    needs_smi = bool(gpu_rows or power_limits or gpu_clocks)
     if needs_smi and not nvsmi.available(nvsmi.SMI):
         what = " and ".join(
             [m for m in ("mig", "mps") if any(r.mode == m for r in gpu_rows)]
             + (["a power limit"] if power_limits else [])
+            + (["a GPU clock"] if gpu_clocks else [])
         )
         add(f"{at(smi_lines)}: {what} needs nvidia-smi, which is not on PATH")
     if mps_rows and not nvsmi.available(nvsmi.MPS_CONTROL):
@@ -118,6 +127,15 @@ def check(
             continue
         for message in power.check_gpu(gpu, limit, at(lines)):
             add(message)
+    for device, mhz in gpu_clocks.items():
+        gpu = find_gpu(device, gpus)
+        lines = [r.line for r in requests if _index_on(r, gpus) == (gpu.index if gpu else None)]
+        if gpu is None:
+            lines = [r.line for r in requests if _raw_index(r) == device]
+            add(f"{at(lines)}: GPU clock {mhz} MHz for GPU {device}, which does not exist here")
+            continue
+        for message in clocks.check_gpu(gpu, mhz, at(lines)):
+            add(message)
     return problems
 
 
@@ -129,14 +147,16 @@ def setup(
     warn: Callable[[str], None],
     *,
     plan_name: str = "plan",
+    gpu_clocks: dict[int, int] | None = None,
 ) -> tuple[list[Slot], dict[str, str]]:
     """Set the devices up; return one Slot per request (same order) and artifacts.
 
-    Order: power limits, then MIG instances, then MPS daemons. Each change
+    Order: power limits, locked clocks (``gpu_clocks``, MHz per GPU index), then MIG
+    instances, then MPS daemons. Each change
     registers its undo step in ``teardown`` as soon as it is made; the caller
     runs ``teardown`` whatever happens, also when this raises (RadtError with
     a one-line message naming the plan line, or an interruption).
-    Artifacts: ``power_limits.txt``, ``mig_placement.txt``, ``mps.txt``.
+    Artifacts: ``power_limits.txt``, ``gpu_clocks.txt``, ``mig_placement.txt``, ``mps.txt``.
     """
 
     def at(lines: list[int]) -> str:
@@ -147,7 +167,8 @@ def setup(
         problems = _request_problems(r)
         if problems:
             raise RadtError(f"{at([r.line])}: {problems[0]}")
-    needs_smi = bool(power_limits) or any(r.mode in ("mps", "mig") for r in requests)
+    gpu_clocks = gpu_clocks or {}
+    needs_smi = bool(power_limits or gpu_clocks) or any(r.mode in ("mps", "mig") for r in requests)
     gpus: Gpus = list_gpus() if needs_smi else []
     located: dict[int, nvsmi.GpuListing] = {}  # position in requests -> GPU
     for pos, r in enumerate(requests):
@@ -177,6 +198,17 @@ def setup(
         limits_by_index[gpu.index] = limit
     if notes:
         artifacts["power_limits.txt"] = "".join(notes)
+    clocks_by_index: dict[int, int] = {}
+    notes = []
+    for device, mhz in sorted(gpu_clocks.items(), key=lambda item: str(item[0])):
+        gpu = find_gpu(device, gpus)
+        lines = [requests[p].line for p, g in located.items() if gpu and g.index == gpu.index]
+        if gpu is None:
+            raise RadtError(f"{at(lines)}: GPU clock for GPU {device}: no such GPU here")
+        notes.append(clocks.setup_gpu(gpu, mhz, teardown, at(lines)))
+        clocks_by_index[gpu.index] = mhz
+    if notes:
+        artifacts["gpu_clocks.txt"] = "".join(notes)
 
     texts = []
     for index, positions in _groups(requests, located, "mig").items():
@@ -224,6 +256,8 @@ def setup(
         gpu = located.get(pos)
         if gpu is not None and gpu.index in limits_by_index:
             slot.tags["radt.power_limit_w"] = watts(limits_by_index[gpu.index])
+        if gpu is not None and gpu.index in clocks_by_index:
+            slot.tags["radt.gpu_clock_mhz"] = str(clocks_by_index[gpu.index])
     return slots, artifacts
 
 

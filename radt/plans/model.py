@@ -30,6 +30,7 @@ COLUMNS = (
     "File",
     "Params",
     "PowerLimit",
+    "GpuClock",
     "Env",
     "Job",
     "WarmupEpochs",
@@ -106,6 +107,7 @@ class Row:
     job: str | None = None  # the Job column; None: derived from the command
     warmup_epochs: int | None = None  # the WarmupEpochs column
     warmup_s: float | None = None  # the WarmupS column
+    gpu_clock_mhz: int | None = None  # the GpuClock column: the SM clock to lock, MHz
     role: str = ""  # "loader", "consumer" (a training fed by the loader) or ""
 
     @property

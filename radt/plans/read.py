@@ -137,6 +137,14 @@ def _parse_power(text: str) -> float | None:
     return watts
 
 
+def parse_gpu_clock(value: str) -> int:
+    """A GpuClock cell: a positive whole number of MHz (``1410``, ``1410 MHz``)."""
+    number = re.sub(r"\s*[mM][hH][zZ]$", "", value)
+    if not number.isdigit() or int(number) <= 0:
+        raise ValueError(f"{value!r} is not a positive whole number of MHz (e.g. 1410)")
+    return int(number)
+
+
 def _parse_env(text: str) -> dict[str, str]:
     value = clean(text)
     env: dict[str, str] = {}
@@ -309,6 +317,7 @@ def _build_row(
         listeners=parsed(_parse_listeners, "Listeners"),
         params=parsed(_parse_params, "Params"),
         power_limit_w=parsed(_parse_power, "PowerLimit"),
+        gpu_clock_mhz=parsed(_optional("GpuClock", parse_gpu_clock), "GpuClock"),
         env=parsed(_parse_env, "Env"),
         job=parsed(_optional("Job", parse_job), "Job"),
         warmup_epochs=parsed(_optional("WarmupEpochs", parse_warmup_epochs), "WarmupEpochs"),

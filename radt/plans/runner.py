@@ -222,11 +222,12 @@ def check_plan(
                 problems.append(f"{name} line {row.line}: {exc}")
         try:
             limits = _power_limits(workload, options.power_limit_w)
+            clocks = _gpu_clocks(workload)
         except UsageError as exc:
             problems.append(f"{name} {exc}")
             continue
         if read_gpus:
-            problems += collocation.check(_requests(workload), limits, name)
+            problems += collocation.check(_requests(workload), limits, name, gpu_clocks=clocks)
     if pending:
         try:
             check_options(options.listener_options, running)
@@ -258,27 +259,44 @@ def _requests(workload: Workload) -> list[collocation.SlotRequest]:
 
 def _power_limits(workload: Workload, override: float | None) -> dict[int, float]:
     """Watts per GPU index: ``--power-limit`` for every GPU of the workload, else the column."""
-    limits: dict[int, float] = {}
+    return _per_gpu(
+        workload,
+        lambda row: override if override is not None else row.power_limit_w,
+        "a power limit",
+    )
+
+
+def _gpu_clocks(workload: Workload) -> dict[int, int]:
+    """MHz per GPU index from the GpuClock column."""
+    return _per_gpu(workload, lambda row: row.gpu_clock_mhz, "a GPU clock")
+
+
+def _per_gpu(workload: Workload, value_of, what: str) -> dict:
+    """A row's value for each GPU index in its Devices (GPU 0 without); UsageError for a
+    device that is not an index."""
+    values: dict = {}
     for row in workload.rows:
-        watts = override if override is not None else row.power_limit_w
-        if watts is None:
+        value = value_of(row)
+        if value is None:
             continue
         for device in row.devices or ["0"]:
             if not device.isdigit():
                 raise UsageError(
-                    f"line {row.line}: a power limit needs GPU indices in Devices, not {device}"
+                    f"line {row.line}: {what} needs GPU indices in Devices, not {device}"
                 )
-            limits[int(device)] = watts
-    return limits
+            values[int(device)] = value
+    return values
 
 
-def workload_tags(workload: Workload, limits: dict[int, float]) -> dict[str, str]:
+def workload_tags(
+    workload: Workload, limits: dict[int, float], clocks: dict[int, int] | None = None
+) -> dict[str, str]:
     """The tags shared by a workload's parent run and its runs."""
     trainings = workload.trainings
     modes = sorted({row.collocation.mode for row in trainings})
     mode = modes[0] if len(modes) == 1 else "+".join(modes)
     profiles = [row.collocation.mig_profile for row in trainings if row.collocation.mig_profile]
-    return {
+    tags = {
         "radt.workload": workload.name,
         "radt.collocation": mode,
         "radt.mig_profile": "+".join(profiles) if profiles else "-",
@@ -286,6 +304,9 @@ def workload_tags(workload: Workload, limits: dict[int, float]) -> dict[str, str
         "radt.workload_runs": str(len(workload.rows)),
         "radt.loader": "shared" if workload.loader else "own",
     }
+    if clocks:
+        tags["radt.gpu_clock_mhz"] = "+".join(str(mhz) for mhz in clocks.values())
+    return tags
 
 
 class WorkloadRunner:
@@ -308,6 +329,7 @@ class WorkloadRunner:
         self.uri = uri
         self.original_env = original_env
         self.limits = _power_limits(workload, options.power_limit_w)
+        self.clocks = _gpu_clocks(workload)
         self.experiment_id = experiment_id(client, workload.experiment)
         self.row_listeners = {
             row.line: select(row.listeners or options.listeners, found) for row in workload.rows
@@ -337,6 +359,7 @@ class WorkloadRunner:
                 self.teardown,
                 say,
                 plan_name=self.plan.path.name,
+                gpu_clocks=self.clocks,
             )
             self._keep(artifacts)
             if self.workload.loader is not None:
@@ -383,7 +406,7 @@ class WorkloadRunner:
             self.uri,
             self.experiment_id,
             tags={
-                **workload_tags(self.workload, self.limits),
+                **workload_tags(self.workload, self.limits, self.clocks),
                 "radt.devices": ",".join(devices) or "all",
                 "radt.listeners": "+".join(device_listeners) or "none",
                 "radt.plan": str(self.plan.path),
@@ -446,7 +469,7 @@ class WorkloadRunner:
             self.experiment_id,
             tags={
                 **run_tags(row.command, listeners, slot.devices),
-                **workload_tags(self.workload, self.limits),
+                **workload_tags(self.workload, self.limits, self.clocks),
                 **slot.tags,
                 "radt.letter": row.letter,
                 "radt.plan_line": str(row.line),

@@ -44,9 +44,19 @@ Scenario, per GPU (see nvml_h100.json): ``name``, ``uuid``, ``power_mw``,
 ``enforced_power_limit_mw``, ``clocks_event_reasons``, ``power_instant_mw`` and
 ``power_average_mw`` (the fields ``NVML_FI_DEV_POWER_INSTANT`` / ``_AVERAGE``; absent or
 null: the field is not supported; ``{"error": "UNKNOWN"}``: that read fails so),
+``power_trace`` (a known power curve over time, overriding the instant and averaged
+power, ``nvmlDeviceGetPowerUsage`` and the energy counter: ``{"start_file": path of a JSON
+file with the epoch ``start`` (the GPU idles while it is missing), "idle_w": W,
+"segments": [{"from_s", "to_s", "w"}, or for bursts also "period_s", "on_at_s", "on_s"]}``;
+the instant power is the segment's ``w`` at that moment (else ``idle_w``), the averaged one
+its mean over the last second sampled only in the first 25 ms of every 100 ms (25 % duty,
+as A100/H100 do), the counter its exact integral since the scenario was loaded, on top of
+``energy_mj.start``),
 ``process_utilization`` (a list of batches, the k-th call adds batch k, cycling, stamped
 with the current time: each batch a list of ``{"pid", "sm_pct", "mem_pct"}``; absent: not
-supported), ``mig_mode`` (``[current,
+supported), ``api_restrictions`` (``{"application_clocks": bool, "auto_boosted_clocks":
+bool}``: whether ``nvmlDeviceGetAPIRestriction`` says root only, ``NVML_FEATURE_ENABLED``;
+absent: restricted, the drivers' default), ``mig_mode`` (``[current,
 pending]``), ``max_mig_devices``, ``mig_devices`` (``index``, ``uuid``, ``name``,
 ``gpu_instance_id``, ``compute_instance_id``, ``memory_bytes``), ``processes``
 (``pid``: a number, ``"$ROOT"``, ``"$CHILDREN"`` (each child of this process) or
@@ -131,6 +141,10 @@ NVML_PSTATE_0 = 0
 NVML_PSTATE_15 = 15
 NVML_PSTATE_UNKNOWN = 32
 NVML_DEVICE_MIG_DISABLE = 0x0
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
+NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS = 0
+NVML_RESTRICTED_API_SET_AUTO_BOOSTED_CLOCKS = 1
 NVML_DEVICE_MIG_ENABLE = 0x1
 NVML_VALUE_NOT_AVAILABLE_ulonglong = c_ulonglong(-1)
 NVML_VALUE_NOT_AVAILABLE_uint = c_uint(-1)
@@ -342,12 +356,14 @@ FAKE_CALLS: Counter = Counter()
 _lock = threading.Lock()
 _refcount = 0
 _gpus: list[dict[str, Any]] = []
+_loaded_at = 0.0
 _handles: dict[tuple[int, int], Any] = {}
 _reads: Counter = Counter()
 
 
 def _load_scenario() -> None:
-    global _gpus
+    global _gpus, _loaded_at
+    _loaded_at = time.time()
     path = os.environ.get("FAKE_PYNVML_SCENARIO") or str(DEFAULT_SCENARIO)
     with open(path) as f:
         scenario = json.load(f)
@@ -503,12 +519,70 @@ def nvmlDeviceGetUUID(handle):
     return (mig or gpu)["uuid"]
 
 
+def _trace_time(trace: dict[str, Any]) -> float | None:
+    """Seconds since the trace's start (the epoch ``start`` in its ``start_file``); None
+    while that file is missing: the GPU idles."""
+    try:
+        with open(trace["start_file"]) as f:
+            start = float(json.load(f)["start"])
+    except (OSError, ValueError, KeyError):
+        return None
+    return time.time() - start
+
+
+def _trace_instant_w(trace: dict[str, Any], t: float | None) -> float:
+    if t is None:
+        return trace["idle_w"]
+    for seg in trace["segments"]:
+        if seg["from_s"] <= t < seg["to_s"]:
+            if "period_s" not in seg:
+                return seg["w"]
+            phase = (t - seg["from_s"]) % seg["period_s"]
+            if seg["on_at_s"] <= phase < seg["on_at_s"] + seg["on_s"]:
+                return seg["w"]
+    return trace["idle_w"]
+
+
+def _trace_energy_j(trace: dict[str, Any], t: float | None) -> float:
+    """The integral of the instant power since the scenario was loaded: the idle power all
+    along, plus each segment's excess over it up to ``t`` (closed form)."""
+    energy = trace["idle_w"] * (time.time() - _loaded_at)
+    for seg in trace["segments"] if t is not None else ():
+        length = max(0.0, min(t, seg["to_s"]) - seg["from_s"])
+        if "period_s" in seg:
+            full = length // seg["period_s"]
+            rest = length - full * seg["period_s"]
+            length = full * seg["on_s"] + min(max(rest - seg["on_at_s"], 0.0), seg["on_s"])
+        energy += (seg["w"] - trace["idle_w"]) * length
+    return energy
+
+
+def _trace_average_w(trace: dict[str, Any], t: float | None) -> float:
+    """The one-second mean that NVML's averaged power is on A100/H100: of the instant power
+    at each millisecond of the last second that falls in the first 25 ms of a 100-ms
+    period (25 % duty), periods counted from the trace's start."""
+    if t is None:
+        return trace["idle_w"]
+    now_ms = int(t * 1000.0 // 1)
+    values = [
+        _trace_instant_w(trace, ms / 1000.0 + 0.0005)
+        for ms in range(now_ms - 999, now_ms + 1)
+        if ms % 100 < 25
+    ]
+    return sum(values) / len(values)
+
+
 def nvmlDeviceGetPowerUsage(handle):
+    gpu, mig, _ = _call("nvmlDeviceGetPowerUsage", handle)
+    if mig is None and (trace := gpu.get("power_trace")):
+        return round(_trace_average_w(trace, _trace_time(trace)) * 1000)  # A100+: averaged
     return int(_gpu_only("nvmlDeviceGetPowerUsage", handle, "power_mw")[1])
 
 
 def nvmlDeviceGetTotalEnergyConsumption(handle):
     gpu, counter, read = _gpu_only("nvmlDeviceGetTotalEnergyConsumption", handle, "energy_mj")
+    if trace := gpu.get("power_trace"):
+        return int(counter["start"] + round(_trace_energy_j(trace, _trace_time(trace)) * 1000))
     return int(counter["start"] + counter["step"] * read)
 
 
@@ -536,8 +610,15 @@ def nvmlDeviceGetFieldValues(handle, fieldIds):
         with _lock:
             read = _reads[(entry, label)]
             _reads[(entry, label)] += 1
+        trace = gpu.get("power_trace")
         try:
-            value = _value(gpu, entry, read)
+            if trace and entry in gpu:
+                at = _trace_time(trace)
+                instant = entry == "power_instant_mw"
+                watts = _trace_instant_w(trace, at) if instant else _trace_average_w(trace, at)
+                value = round(watts * 1000)
+            else:
+                value = _value(gpu, entry, read)
         except NVMLError as exc:
             values[i].nvmlReturn = exc.value
             continue
@@ -548,6 +629,15 @@ def nvmlDeviceGetFieldValues(handle, fieldIds):
         values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_INT
         values[i].value.uiVal = int(value)
     return values
+
+
+def nvmlDeviceGetAPIRestriction(device, apiType):
+    gpu, mig, _ = _call("nvmlDeviceGetAPIRestriction", device)
+    if mig is not None or apiType not in (0, 1):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    names = ("application_clocks", "auto_boosted_clocks")
+    restricted = gpu.get("api_restrictions", {}).get(names[apiType], True)
+    return NVML_FEATURE_ENABLED if restricted else NVML_FEATURE_DISABLED
 
 
 def nvmlDeviceGetEnforcedPowerLimit(handle):

@@ -1,0 +1,179 @@
+"""Locked GPU clocks (radt/collocation/clocks.py) on the fake nvidia-smi: checked against the
+supported clocks, locked, and reset after success, a failure and SIGINT."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+import test_workload as workload
+from conftest import default_signals, kill_quietly, wait_for
+from test_collocation import FakeGpu, gpu, run_teardown  # noqa: F401 - gpu: a fixture
+
+from radt.collocation import clocks, nvsmi
+from radt.collocation.teardown import Teardown
+from radt.errors import RadtError
+
+
+@pytest.fixture
+def fake_gpu(gpu: FakeGpu) -> FakeGpu:  # noqa: F811 - test_collocation's fixture
+    """The fake nvidia-smi's state and call log under tmp_path (test_collocation's)."""
+    return gpu
+
+
+def the_gpu() -> nvsmi.GpuListing:
+    return nvsmi.parse_list(nvsmi.run(["nvidia-smi", "-L"]).output)[0]
+
+
+def test_supported_clocks_are_the_a100s(fake_gpu):
+    supported = clocks.supported_mhz(0)
+    assert supported[0] == 1410 and supported[-1] == 210 and len(supported) == 81
+
+
+def test_clock_locked_and_reset(fake_gpu):
+    before = fake_gpu.state()
+    teardown = Teardown()
+    line = clocks.setup_gpu(the_gpu(), 1200, teardown, "plan line 2")
+    assert fake_gpu.state()["gpus"]["0"]["locked_clocks"] == [1200, 1200]
+    assert line.startswith("GPU 0 (NVIDIA A100-SXM4-40GB): clock locked at 1200 MHz")
+    assert teardown.pending() == ["reset the clocks of GPU 0"]
+    assert run_teardown(teardown) == ([], [])
+    assert fake_gpu.state() in (before, {})
+    assert ["-i", "0", "-rgc"] in fake_gpu.smi_calls()
+
+
+def test_unsupported_clock_is_refused_with_the_nearest(fake_gpu):
+    problems = clocks.check_gpu(the_gpu(), 1201, "study.yaml gpu_clock[1]")
+    assert problems == [
+        "study.yaml gpu_clock[1]: GPU 0 (NVIDIA A100-SXM4-40GB) does not support a 1201 MHz "
+        "clock; it supports 210-1410 MHz, the nearest is 1200 MHz"
+    ]
+    with pytest.raises(RadtError, match="does not support a 1201 MHz"):
+        clocks.setup_gpu(the_gpu(), 1201, Teardown(), "study.yaml gpu_clock[1]")
+    assert fake_gpu.state() == {}
+
+
+def test_clock_needs_root(fake_gpu, monkeypatch):
+    monkeypatch.setattr(clocks, "may_set_power_limit", lambda: False)
+    assert clocks.check_gpu(the_gpu(), 1200, "plan line 3") == [
+        "plan line 3: locking the clock of GPU 0 at 1200 MHz needs root; run radT as root, or "
+        "have someone with root run `sudo nvidia-smi -i 0 -lgc 1200,1200` and leave the clock "
+        "out of the plan"
+    ]
+
+
+def test_clock_refused_by_the_driver_leaves_nothing_to_undo(fake_gpu, monkeypatch):
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_FAIL", "lgc")
+    teardown = Teardown()
+    with pytest.raises(RadtError, match="Insufficient Permissions") as failed:
+        clocks.setup_gpu(the_gpu(), 1200, teardown, "plan line 4")
+    assert str(failed.value).startswith("plan line 4: locking the clock of GPU 0 at 1200 MHz")
+    assert len(teardown) == 0 and fake_gpu.state() == {}
+
+
+HOLDER = """
+import sys, time
+from radt.collocation import clocks, nvsmi
+from radt.collocation.teardown import Teardown
+
+teardown = Teardown()
+try:
+    fake_gpu = nvsmi.parse_list(nvsmi.run(["nvidia-smi", "-L"]).output)[0]
+    clocks.setup_gpu(fake_gpu, 1095, teardown, "test")
+    print("locked", flush=True)
+    if sys.argv[1] == "fail":
+        raise RuntimeError("the run failed")
+    time.sleep(120)
+finally:
+    teardown.run(print)
+"""
+
+
+@pytest.mark.parametrize("how", ["fail", "sigint"])
+def test_clock_reset_after_a_failure_and_sigint(fake_gpu, how):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
+    )
+    assert holder.stdout.readline() == "locked\n"
+    if how == "sigint":
+        assert fake_gpu.state()["gpus"]["0"]["locked_clocks"] == [1095, 1095]
+        holder.send_signal(signal.SIGINT)
+    _, err = holder.communicate(timeout=120)
+    # an uncaught KeyboardInterrupt ends Python by the signal itself
+    assert holder.returncode == (-signal.SIGINT if how == "sigint" else 1)
+    assert ("KeyboardInterrupt" if how == "sigint" else "RuntimeError: the run failed") in err
+    assert fake_gpu.state() == {}
+    assert fake_gpu.smi_calls()[-1] == ["-i", "0", "-rgc"]
+
+
+# --------------------------------------------------------------------------- GpuClock in plans
+
+CLOCK_PLAN = (
+    "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params, "
+    "GpuClock, Env\n"
+    "study, clocked, , , 0, none, job.py, none, , {mhz}, JOB=a EXIT={code} SLEEP={sleep}\n"
+)
+
+
+def clock_calls(fake: workload.FakeGpu) -> list[list[str]]:
+    return [argv for argv in fake.smi_calls() if {"-lgc", "-rgc"} & set(argv)]
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_plan_locks_the_clock_tags_the_runs_and_resets_it(tmp_path, template_db, code):
+    ws = workload.new_workspace(tmp_path, template_db)
+    fake = workload.with_fakes(ws)
+    before = workload.someone_else_set_300_w(fake)
+    workload.write_plan(ws, CLOCK_PLAN.format(mhz="1095 MHz", code=code, sleep=0))
+    done = ws.run(["plan.csv"])
+    assert done.returncode == code, done.stderr
+    seen = workload.jobs(done.stdout)["a"][1]["gpu"]["gpus"]["0"]
+    assert seen["locked_clocks"] == [1095, 1095]  # while the run ran
+    assert fake.state_text() == before
+    assert clock_calls(fake) == [["-i", "0", "-lgc", "1095,1095"], ["-i", "0", "-rgc"]]
+    parents, children = workload.parents_and_children(workload.all_runs(ws))
+    assert parents["clocked"].data.tags["radt.gpu_clock_mhz"] == "1095"
+    assert children["clocked/A"].data.tags["radt.gpu_clock_mhz"] == "1095"
+    assert children["clocked/A"].info.status == ("FINISHED" if code == 0 else "FAILED")
+
+
+def test_plan_resets_the_clock_after_sigint(tmp_path, template_db):
+    ws = workload.new_workspace(tmp_path, template_db)
+    fake = workload.with_fakes(ws)
+    before = workload.someone_else_set_300_w(fake)
+    workload.write_plan(ws, CLOCK_PLAN.format(mhz="1095", code=0, sleep=120))
+    radt = ws.start(["--grace", "2", "plan.csv"])
+    pid = None
+    try:
+        pid = wait_for(lambda: workload.started_pid(ws, "a"), timeout=90)
+        assert json.loads(fake.state_text())["gpus"]["0"]["locked_clocks"] == [1095, 1095]
+        radt.send_signal(signal.SIGINT)
+        _, err = radt.communicate(timeout=90)
+        assert radt.returncode == 128 + signal.SIGINT, err
+        assert fake.state_text() == before
+        assert clock_calls(fake)[-1] == ["-i", "0", "-rgc"]
+    finally:
+        radt.kill()
+        if pid:
+            kill_quietly(pid)
+
+
+def test_plan_with_an_unsupported_clock_is_refused_before_anything_starts(tmp_path, template_db):
+    ws = workload.new_workspace(tmp_path, template_db)
+    fake = workload.with_fakes(ws)
+    workload.write_plan(ws, CLOCK_PLAN.format(mhz="1201", code=0, sleep=0))
+    done = ws.run(["plan.csv"])
+    assert done.returncode == 2
+    assert (
+        "plan.csv line 2: GPU 0 (NVIDIA A100-SXM4-40GB) does not support a 1201 MHz clock; "
+        "it supports 210-1410 MHz, the nearest is 1200 MHz"
+    ) in done.stderr
+    assert clock_calls(fake) == []
+    assert workload.started_pid(ws, "a") is None

@@ -69,6 +69,7 @@ class TopListener(PolledListener):
         Option("per_core", bool, "0", "also record each core's use, top/host/cpu{i}/cpu_pct"),
     )
     default_interval_s = 0.5
+    final_poll = True  # the tree's CPU up to the command's end (read before it is reaped)
 
     def __init__(self) -> None:
         super().__init__()
@@ -157,13 +158,19 @@ class TopListener(PolledListener):
         return samples
 
     def _read_tree(self) -> _Tree | None:
-        """Sum over the root and all its descendants; None when the root is gone."""
+        """Sum over the root and all its descendants; None when the root is gone.
+
+        A root that has exited but is not reaped yet (the last poll at the command's end)
+        still counts: its CPU time then includes all it collected from its children.
+        """
         root = self._root
         try:
-            if root is None or not root.is_running() or root.status() == psutil.STATUS_ZOMBIE:
+            if root is None or not root.is_running():
                 self._root = None
                 return None
-            if time.monotonic() - self._members_at >= TREE_REFRESH_S:
+            if root.status() == psutil.STATUS_ZOMBIE:
+                self._members = []
+            elif time.monotonic() - self._members_at >= TREE_REFRESH_S:
                 self._members = root.children(recursive=True)
                 self._members_at = time.monotonic()
         except psutil.NoSuchProcess:
@@ -199,7 +206,7 @@ class TopListener(PolledListener):
 def _io_counters(proc: psutil.Process) -> Any:
     try:
         return proc.io_counters()
-    except (psutil.AccessDenied, AttributeError, NotImplementedError):
+    except (psutil.AccessDenied, psutil.ZombieProcess, AttributeError, NotImplementedError):
         return None
 
 

@@ -290,6 +290,10 @@ class Listener(ABC):
 class PolledListener(Listener):
     """A listener read at a fixed interval by the shared sampler."""
 
+    final_poll = False
+    """Whether the sampler polls once more when it stops (at the command's end), so that
+    the samples reach it however the last tick fell."""
+
     def __init__(self) -> None:
         self.run: RunContext | None = None
 

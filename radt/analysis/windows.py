@@ -527,6 +527,8 @@ def window_figures(
 
 CPU_KEY = ("top", "proc", "cpu_pct")
 """The process tree's CPU (``top/proc/cpu_pct``) in split series."""
+CPU_REACH_INTERVALS = 2.0
+"""How far beyond its samples the CPU counter reaches, in sampling intervals."""
 
 
 def cpu_counter(
@@ -556,8 +558,9 @@ def cpu_between(series: Series, start: float, end: float) -> tuple[float, str | 
     """Core-seconds of the run's process tree from ``start`` to ``end``, or NaN and why.
 
     The CPU-time counter of :func:`cpu_counter` (started at the first ``top``
-    sample of the tree) interpolated at the bounds, with one sampling interval of
-    reach beyond its samples (the command ends within one interval of the last).
+    sample of the tree) interpolated at the bounds, with two sampling intervals of
+    reach beyond its samples: one interval, and as much again for the interval's own
+    jitter (a poll that comes late or skips a tick under load).
     """
     if CPU_KEY not in series:
         return NAN, "no CPU samples (the top listener did not record this run)"
@@ -567,7 +570,7 @@ def cpu_between(series: Series, start: float, end: float) -> tuple[float, str | 
     times, core_s = cpu_counter(seconds, pct, first)
     if len(times) < 2 or not end > start:
         return NAN, "too few CPU samples (top) for the window"
-    reach = sampling_interval(times)
+    reach = CPU_REACH_INTERVALS * sampling_interval(times)
     used = value_at(times, core_s, end, reach) - value_at(times, core_s, start, reach)
     if not math.isfinite(used):
         return NAN, "the CPU samples (top) do not cover the window"

@@ -79,6 +79,11 @@ class Child:
         self._log_lock = threading.Lock()
         self._log_failed = False
         self._pumps: list[threading.Thread] = []
+        self.before_reap: Callable[[], None] | None = None
+        """Called once when the command is first seen to have exited, before it is reaped
+        (its CPU time can still be read then)."""
+        self._mid_line: object | None = None
+        """The terminal stream whose last output from the command did not end a line."""
         self.tree: ProcessTree | None = None
         """Every process the command starts (created when it starts)."""
 
@@ -127,12 +132,23 @@ class Child:
     def poll(self) -> int | None:
         """The exit status, or None while it runs."""
         assert self.process is not None
+        if self.before_reap is not None and self.process.returncode is None and self.has_exited():
+            self.ended_s = time.time()
+            hook, self.before_reap = self.before_reap, None
+            hook()
         code = self.process.poll()
         if code is not None and self.ended_s is None:
             self.ended_s = time.time()
         if code is None and self.tree is not None:
             self.tree.watch()
         return code
+
+    def has_exited(self) -> bool:
+        """Whether the command has exited, looked at without reaping it."""
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
 
     def signal_group(self, signum: int) -> None:
         """Send ``signum`` to the command's whole process group."""
@@ -176,6 +192,18 @@ class Child:
             with self._log_lock:
                 self._log.close()
 
+    def end_line(self) -> None:
+        """End the command's last output line on the terminal if it had no newline, so
+        that radT's next line on stderr starts a line of its own."""
+        terminal, self._mid_line = self._mid_line, None
+        if terminal is None:
+            return
+        if terminal is not sys.stderr and not _same_file(terminal, sys.stderr):
+            return
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
     def _pump(self, source: BinaryIO, terminal) -> None:
         out = getattr(terminal, "buffer", None)
         fd = source.fileno()
@@ -197,6 +225,7 @@ class Child:
                 try:
                     out.write(shown)
                     out.flush()
+                    self._mid_line = None if shown.endswith(b"\n") else terminal
                 except (OSError, ValueError):
                     out = None
             if not data:
@@ -232,6 +261,15 @@ class Child:
             "the command goes on and its output still reaches the terminal, but the log "
             "keeps only what was written so far: free some disk space"
         )
+
+
+def _same_file(one, other) -> bool:
+    """Whether two streams write to one file (a terminal, or a pipe both were given)."""
+    try:
+        a, b = os.fstat(one.fileno()), os.fstat(other.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _alive(process: psutil.Process) -> bool:

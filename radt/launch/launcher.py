@@ -153,42 +153,63 @@ def launch(options: LaunchOptions) -> int:
     say(f"run {run.info.run_name} ({run.run_id}) in experiment {experiment}")
     env = child_env(original_env, uri, run, options.devices, options.max_epochs)
     child = Child(argv, env, run.output_log)
-    supervisor = Supervisor([child], say, options.grace_s, options.max_time_min)
-    try:
-        child.argv = run.wrap(argv)
-        child.env.update(run.command_env)
-        with supervisor:
+    supervisor = Supervisor(
+        [child],
+        say,
+        options.grace_s,
+        options.max_time_min,
+        abandon=lambda signum: _leave_to_sync(run, child, signum),
+    )
+    with supervisor:  # its handlers stay while the record is finished
+        try:
+            child.argv = run.wrap(argv)
+            child.env.update(run.command_env)
             try:
                 child.start()
             except OSError as exc:
                 raise RadtError(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
             run.start_listeners(child.pid, child.started_s)
+            child.before_reap = run.stop_sampling  # their last samples see the whole command
             run.capture_environment()
             (returncode,) = supervisor.wait()
+            outcome = supervisor.judge(returncode)
+            run.keep_outcome(outcome.status, outcome.exit_code, child.ended_s, outcome.tags)
+            supervisor.record_kept()
             run.stop_sampling()
-    except BaseException as exc:
-        if child.process is not None and child.poll() is None:
-            child.signal_group(signal.SIGKILL)
-            child.process.wait()
-            child.poll()  # notes when it ended
-        if isinstance(exc, KeyboardInterrupt):  # a signal before radT's own handlers were set
-            stopped = ended("KILLED", 130, "radT received SIGINT", signal.SIGINT)
-            run.state.tags.update(stopped.tags)
-            _end(run, child, stopped.status, stopped.exit_code, options)
-        else:
-            run.state.note = "radT failed while the command ran"
-            _end(run, child, "FAILED", None, options)
-        raise
-    outcome = supervisor.judge(returncode)
-    run.state.tags.update(outcome.tags)
-    _end(run, child, outcome.status, outcome.exit_code, options)
+        except BaseException as exc:
+            if child.process is not None and child.poll() is None:
+                child.signal_group(signal.SIGKILL)
+                child.process.wait()
+                child.poll()  # notes when it ended
+            if isinstance(exc, KeyboardInterrupt):  # a signal before radT's own handlers were set
+                stopped = ended("KILLED", 130, "radT received SIGINT", signal.SIGINT)
+                run.state.tags.update(stopped.tags)
+                _end(run, child, stopped.status, stopped.exit_code, options)
+            else:
+                run.state.note = "radT failed while the command ran"
+                _end(run, child, "FAILED", None, options)
+            raise
+        _end(run, child, outcome.status, outcome.exit_code, options)
     return outcome.exit_code
+
+
+def _leave_to_sync(run: RecordedRun, child: Child, signum: int) -> None:
+    """A second signal while the record is finished: end radT now, the run folder kept."""
+    child.signal_group(signal.SIGKILL)  # whatever the command left running
+    state = run.state
+    say(
+        f"radT received {signal.Signals(signum).name} again: stopped before the record of run "
+        f"{run.run_id} was finished; `radt sync` will finish it ({state.status}, exit code "
+        f"{state.exit_code}, kept in {run.folder.path})"
+    )
+    os._exit(128 + signum)
 
 
 def _end(run: RecordedRun, child: Child, status: str, exit_code, options: LaunchOptions) -> None:
     if child.process is not None:
         child.reap_group(grace_s=1.0)
         child.join_output()
+        child.end_line()
     if run.close(status, exit_code, options.send_timeout_s, child.ended_s):
         say(
             f"run {run.run_id} {status} (exit code {exit_code}); "

@@ -214,6 +214,26 @@ class RecordedRun:
             except Exception as exc:
                 self.warn(f"listener {listener.name} could not collect its report: {exc}")
 
+    def keep_outcome(
+        self,
+        status: str,
+        exit_code: int | None,
+        ended_s: float | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
+        """Keep how the command ended in the run folder at once, so that ``radt sync`` knows
+        its status and exit code if radT stops before the record is finished; safe twice.
+
+        ``ended_s``: when the command ended (default: now); ``tags``: the outcome's tags.
+        """
+        state = self.state
+        if ended_s and self.command_start_s is not None:
+            state.tags["radt.command_end_s"] = f"{ended_s:.6f}"
+        state.tags.update(tags or {})
+        state.status, state.exit_code = status, exit_code
+        state.ended_s = ended_s or state.ended_s or time.time()
+        save_state(self.folder, state, self.warn)
+
     def close(
         self,
         status: str,
@@ -226,9 +246,7 @@ class RecordedRun:
         ``ended_s`` is when the command ended, the run's end time in MLflow (default:
         now); stopping listeners and collecting their reports comes after it.
         """
-        if ended_s and self.command_start_s is not None:
-            self.state.tags["radt.command_end_s"] = f"{ended_s:.6f}"
-        ended_s = ended_s or time.time()
+        self.keep_outcome(status, exit_code, ended_s)
         self.stop_sampling()
         if self.events is not None:
             self.events.close()  # every record the command sent, before the recorder closes
@@ -236,8 +254,6 @@ class RecordedRun:
         if self._environment is not None:
             self._environment.join(timeout=60)
         state = self.state
-        state.status, state.exit_code = status, exit_code
-        state.ended_s = ended_s
         unsent = self.recorder.close(send_timeout_s)
         if unsent == 0 and "metrics" in state.pending:
             state.pending.remove("metrics")

@@ -42,6 +42,10 @@ class Supervisor:
     process group; after ``grace_s`` the commands get SIGKILL, and a second
     signal kills them at once. ``max_time_min`` ends them the same way.
     A signal that was ignored when radT started stays ignored.
+
+    With ``abandon``, a signal that comes once every command has ended stops nothing:
+    the record is finished. Another signal after :meth:`record_kept` calls
+    ``abandon(signum)``, which leaves the record to ``radt sync``.
     """
 
     def __init__(
@@ -50,6 +54,7 @@ class Supervisor:
         warn: Callable[[str], None],
         grace_s: float = 10.0,
         max_time_min: float | None = None,
+        abandon: Callable[[int], None] | None = None,
     ) -> None:
         self.children = list(children)
         self.warn = warn
@@ -60,6 +65,10 @@ class Supervisor:
         """The signal radT received (its exit code is then 128 + it)."""
         self.sent: int | None = None
         """The last signal radT sent to stop the commands on its own (``--max-time``)."""
+        self.late_signum: int | None = None
+        """A signal radT received after every command had ended (with ``abandon``)."""
+        self._abandon = abandon
+        self._kept = False
         self._kill_at: float | None = None
         self._previous: dict[int, object] = {}
 
@@ -76,7 +85,24 @@ class Supervisor:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
+    def record_kept(self) -> None:
+        """Every command has ended and its outcome is kept in the run folder: from now on,
+        a second signal may abandon the record (``radt sync`` finishes it)."""
+        self._kept = True
+
+    def _all_ended(self) -> bool:
+        """Whether every command has exited (looked at without reaping it)."""
+        for child in self.children:
+            if child.process is None:
+                return False
+            if child.process.returncode is None and not child.has_exited():
+                return False
+        return True
+
     def _on_signal(self, signum: int, _frame) -> None:
+        if self._abandon is not None and (self._kept or self._all_ended()):
+            self._after_end(signum)
+            return
         if self.signum is not None:
             self.warn("second interrupt: killing the command now")
             self._signal_all(signal.SIGKILL)
@@ -86,6 +112,19 @@ class Supervisor:
         self._kill_at = time.monotonic() + self.grace_s
         self.warn(f"{self.reason}; stopping the command (again to kill it at once)")
         self._signal_all(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+
+    def _after_end(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self._kept and (self.signum is not None or self.late_signum is not None):
+            assert self._abandon is not None
+            self._abandon(signum)
+            return
+        if self.late_signum is None and self.signum is None:
+            self.late_signum = signum
+        self.warn(
+            f"radT received {name} after the command ended; finishing its record "
+            "(again to leave it to `radt sync`)"
+        )
 
     def _signal_all(self, signum: int) -> None:
         for child in self.children:

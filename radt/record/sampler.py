@@ -32,9 +32,17 @@ class Sampler:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop polling and close the listener."""
+        """Stop polling (one last poll when the listener asks for it) and close the listener."""
         self._stop.set()
         self._thread.join()
+        if self.listener.final_poll and self.failed is None:
+            try:
+                samples = self.listener.poll()
+            except Exception as exc:
+                self.run.warn(f"listener {self.listener.name} failed its last poll: {exc}")
+            else:
+                if samples:
+                    self.run.emit(samples)
         try:
             self.listener.stop()
         except Exception as exc:

@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 
 from radt.record.finalize import finish
-from radt.record.runfolder import DamagedState, RunFolder, RunState, find_folders
+from radt.record.runfolder import STATE_FILE, DamagedState, RunFolder, RunState, find_folders
 from radt.record.spool import CHUNK_GLOB
-from radt.tracking import connect, move_credentials, prepare_process_env
+from radt.tracking import connect, move_credentials, prepare_process_env, sqlite_path, store_label
 
 ORPHAN_NOTE = "radT stopped before the run ended (killed or crashed); finished by `radt sync`"
 
@@ -99,10 +99,25 @@ def _sync_one(folder: RunFolder) -> bool:
             return True
         adopt_orphan(folder, state)
         _say(f"run {state.run_id}: its radT is gone; marking it FAILED")
+    database = sqlite_path(state.tracking_uri)
+    if database is not None and not database.exists():  # connecting would make it anew, empty
+        _say(
+            f"run {state.run_id}: its store {database} no longer exists; put the file back and "
+            f"run `radt sync` again, or drop the run with `radt sync --forget {state.run_id}`"
+        )
+        return False
     try:
         client = connect(_with_credentials(state.tracking_uri))
     except Exception as exc:
         _say(f"run {state.run_id}: {exc}")
+        return False
+    missing = _missing_from_store(client, state)
+    if missing:
+        _say(
+            f"run {state.run_id} {missing} in its store {store_label(state.tracking_uri)}; "
+            f"nothing there can finish it: `radt sync --forget {state.run_id}` drops its folder "
+            f"{folder.path}"
+        )
         return False
     if finish(client, folder, _say, state):
         _say(f"run {state.run_id} synced ({state.status})")
@@ -117,3 +132,61 @@ def _with_credentials(uri: str) -> str:
     if credentials and given == uri:
         os.environ.update(credentials)
     return uri
+
+
+def _missing_from_store(client, state: RunState) -> str | None:
+    """Why the store can no longer take the run (gone, or deleted), else None; an error
+    reaching the store is left to the steps that follow (they say what to do)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
+
+    try:
+        run = client.get_run(state.run_id)
+    except MlflowException as exc:
+        if exc.error_code == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+            return "is not"
+        return None
+    except Exception:
+        return None
+    return "was deleted" if run.info.lifecycle_stage == "deleted" else None
+
+
+def waiting(root: Path) -> list[str]:
+    """One line per run folder under ``root``: the run, its status, the steps still to do,
+    the store they go to, and the folder (``radt sync --list``)."""
+    lines = []
+    for folder in find_folders(root):
+        try:
+            state = folder.load()
+        except (OSError, DamagedState) as exc:
+            lines.append(f"{folder.path.name}  damaged: {exc}")
+            continue
+        status = state.status
+        if status == "RUNNING" and launcher_alive(state):
+            status = f"RUNNING (being recorded, radT pid {state.pid})"
+        steps = ", ".join(state.pending) or "none"
+        lines.append(
+            f"{state.run_id}  {status}  to do: {steps}  "
+            f"to {store_label(state.tracking_uri)}  ({folder.path})"
+        )
+    return lines
+
+
+def forget(root: Path, run_id: str) -> int:
+    """Delete the folder of run ``run_id`` under ``root`` without sending what is left;
+    0 when dropped. A folder another radT process holds is left alone."""
+    folder = RunFolder(root / run_id)
+    if not run_id or "/" in run_id or not (folder.path / STATE_FILE).exists():
+        _say(f"no run folder {run_id!r} in {root}; `radt sync --list` shows them")
+        return 1
+    if not folder.lock():
+        _say(f"run {run_id} is being recorded or synced by another radT process; not dropped")
+        return 1
+    try:
+        state = folder.load()
+        left = ", ".join(state.pending) or "nothing"
+    except (OSError, DamagedState):
+        left = "what the damaged folder held"
+    folder.remove()
+    _say(f"dropped the folder of run {run_id} ({folder.path}); not sent: {left}")
+    return 0

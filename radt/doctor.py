@@ -29,6 +29,7 @@ from radt.collocation.mps import default_pipe
 from radt.collocation.power import may_set_power_limit
 from radt.collocation.teardown import one_line
 from radt.errors import RadtError, UsageError
+from radt.words import count as count_of
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def probe_driver(facts: Facts) -> list[Row]:
             "driver",
             "NVIDIA driver (nvidia-smi)",
             True,
-            f"driver {first['driver_version']}, {len(facts.gpus)} GPU(s)",
+            f"driver {first['driver_version']}, {count_of(len(facts.gpus), 'GPU')}",
         )
     ]
     for gpu in facts.gpus:
@@ -169,7 +170,12 @@ def probe_nvml(facts: Facts) -> list[Row]:
     nvml = facts.nvml
     count = nvml.nvmlDeviceGetCount()
     rows = [
-        Row("nvml", "NVML", True, f"driver {nvml.nvmlSystemGetDriverVersion()}, {count} GPU(s)")
+        Row(
+            "nvml",
+            "NVML",
+            True,
+            f"driver {nvml.nvmlSystemGetDriverVersion()}, {count_of(count, 'GPU')}",
+        )
     ]
     instant_off, energy_off = [], []
     for index in range(count):
@@ -186,7 +192,7 @@ def probe_nvml(facts: Facts) -> list[Row]:
             "power_instant",
             "instant power (NVML field)",
             not instant_off,
-            "; ".join(instant_off) or f"supported on {count} GPU(s)",
+            "; ".join(instant_off) or f"supported on {count_of(count, 'GPU')}",
             "needs an A100/H100-class GPU and a recent driver; radT falls back to the "
             "1-s averaged power"
             if instant_off
@@ -198,7 +204,7 @@ def probe_nvml(facts: Facts) -> list[Row]:
             "energy_counter",
             "energy counter (NVML)",
             not energy_off,
-            "; ".join(energy_off) or f"supported on {count} GPU(s)",
+            "; ".join(energy_off) or f"supported on {count_of(count, 'GPU')}",
             "needs a Volta or newer GPU; radT falls back to integrated power" if energy_off else "",
         )
     )
@@ -344,7 +350,8 @@ def _torch_row() -> Row:
         raise RadtError(f"importing torch failed: {done.stderr.strip().splitlines()[-1:]}")
     version, cuda, count, activities = words
     ok = cuda == "True" and activities == "True"
-    why = f"torch {version}; CUDA {'yes, ' + count + ' GPU(s)' if cuda == 'True' else 'no'}"
+    gpus = count_of(int(count), "GPU")
+    why = f"torch {version}; CUDA {'yes, ' + gpus if cuda == 'True' else 'no'}"
     why += f"; profiler CUDA activities {'yes' if activities == 'True' else 'no'}"
     return Row("torch_cuda", what, ok, why, "" if ok else TORCH_FIX)
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import test_study as study
 import test_workload as workload
 from conftest import default_signals, kill_quietly, wait_for
 from test_collocation import FakeGpu, gpu, run_teardown  # noqa: F401 - gpu: a fixture
@@ -16,6 +17,7 @@ from test_collocation import FakeGpu, gpu, run_teardown  # noqa: F401 - gpu: a f
 from radt.collocation import clocks, nvsmi
 from radt.collocation.teardown import Teardown
 from radt.errors import RadtError
+from radt.plans.study import StudyError, expand, read_study
 
 
 @pytest.fixture
@@ -177,3 +179,39 @@ def test_plan_with_an_unsupported_clock_is_refused_before_anything_starts(tmp_pa
     ) in done.stderr
     assert clock_calls(fake) == []
     assert workload.started_pid(ws, "a") is None
+
+
+# --------------------------------------------------------------------------- gpu_clock in studies
+
+CLOCK_STUDY = "file: job.py\nlisteners: none\ndevices: 0\ngpu_clock: [default, {mhz}]\n"
+
+
+def test_study_gpu_clock_is_a_dimension_with_its_column(tmp_path, template_db):
+    ws, fake, path = study.study_ws(tmp_path, template_db, CLOCK_STUDY.format(mhz=1095), mig=False)
+    workloads = expand(read_study(path, cwd=ws.root))
+    assert [(w.name, w.gpu_clock_mhz, w.descriptor) for w in workloads] == [
+        ("001-default", None, ""),
+        ("002-1095mhz", 1095, "1095 MHz"),
+    ]
+    done = ws.run(["study.yaml", "--dry-run", "--plan", "plan.csv"])
+    assert done.returncode == 0, done.stderr
+    lines = [ln for ln in (ws.root / "plan.csv").read_text().splitlines() if ln[:1] != "#"]
+    header = [cell.strip() for cell in lines[0].split(",")]
+    column = header.index("GpuClock")
+    assert header[column - 1] == "PowerLimit"
+    assert [ln.split(",")[column].strip() for ln in lines[1:]] == ["-", "1095"]
+    assert clock_calls(fake) == []
+
+
+def test_study_gpu_clock_problems_are_found_before_anything_starts(tmp_path, template_db):
+    ws, fake, path = study.study_ws(tmp_path, template_db, CLOCK_STUDY.format(mhz=1201), mig=False)
+    done = ws.run(["study.yaml", "--dry-run"])
+    assert done.returncode == 2
+    assert (
+        "study.yaml line 4: gpu_clock[1]: GPU 0 (NVIDIA A100-SXM4-40GB) does not support a "
+        "1201 MHz clock; it supports 210-1410 MHz, the nearest is 1200 MHz"
+    ) in done.stderr
+    assert clock_calls(fake) == []
+    path.write_text(CLOCK_STUDY.format(mhz="fast"))
+    with pytest.raises(StudyError, match=r"gpu_clock\[1\]: 'fast' is not a positive whole number"):
+        read_study(path, cwd=ws.root)

@@ -107,13 +107,13 @@ def test_the_stand_ins_have_everything(everything):
     assert list(rows) == ["driver", "gpu0", *NAMES[1:]]
     lacking = {name for name, row in rows.items() if not row["ok"]}
     assert lacking == {"torch_cuda"}, lacking  # the CPU build of torch: no stand-in for CUDA
-    assert rows["driver"]["why"] == "driver 535.129.03, 1 GPU(s)"
+    assert rows["driver"]["why"] == "driver 535.129.03, 1 GPU"
     assert rows["gpu0"]["why"] == (
         "NVIDIA A100-SXM4-40GB; MIG Disabled; compute mode Default; power limit 400.00 W "
         "(100.00-400.00 W); SM clock 210 of 1410 MHz"
     )
-    assert rows["nvml"]["why"] == "driver 590.48.01, 1 GPU(s)"
-    assert rows["power_instant"]["why"] == "supported on 1 GPU(s)"
+    assert rows["nvml"]["why"] == "driver 590.48.01, 1 GPU"
+    assert rows["power_instant"]["why"] == "supported on 1 GPU"
     assert rows["set_power"]["why"] == "root"
     assert rows["set_clocks"]["why"] == "root; clock API restricted to root on GPU 0"
     assert rows["nsys"]["why"] == "NVIDIA Nsight Systems version 2024.6.2.225-246235244400v0"

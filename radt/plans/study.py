@@ -10,8 +10,9 @@ combinations whose status says FINISHED. Those files run here unchanged.
 radT's extensions, each a list whose product with the parameters is the study:
 ``collocation`` (whole configurations: ``none``, ``naive x3``, ``mps x2``, ``mps:50 x2``,
 ``4g.40gb+3g.40gb`` (one run per slice)), ``power_limit`` (watts or ``default``),
-``repeats``, ``loader`` (``own``: each training loads its own data; ``shared``: one shared
-loader, the command ``loader_file``, feeds every training of the workload, see
+``gpu_clock`` (the SM clock to lock, MHz, or ``default``), ``repeats``, ``loader`` (``own``:
+each training loads its own data; ``shared``: one shared loader, the command ``loader_file``,
+feeds every training of the workload, see
 :mod:`radt.plans.loader`), plus ``job`` (the Job name), ``seed`` (for ``method: random``) and
 ``batch_size: {search: max, ...}`` (the largest batch that fits each device slot, searched by
 :mod:`radt.plans.batch`). Every problem is reported, one line each with its key and line,
@@ -30,7 +31,13 @@ from pathlib import Path
 
 from radt.errors import UsageError
 from radt.plans.model import MAX_COMPUTE_SLICES, Collocation
-from radt.plans.read import _parse_devices, _parse_file, _parse_listeners, parse_collocation
+from radt.plans.read import (
+    _parse_devices,
+    _parse_file,
+    _parse_listeners,
+    parse_collocation,
+    parse_gpu_clock,
+)
 
 ORIGINAL_KEYS = (
     "name",
@@ -46,6 +53,7 @@ ORIGINAL_KEYS = (
 )
 EXTENSION_KEYS = (
     "power_limit",
+    "gpu_clock",
     "repeats",
     "job",
     "seed",
@@ -139,6 +147,8 @@ class Study:
     """``own`` and/or ``shared``: a dimension of the study, like the configurations."""
     loader_file: str | None = None
     """The shared loader's command (a ``Role=loader`` plan row); needed with ``shared``."""
+    gpu_clocks_mhz: list[int | None] = field(default_factory=lambda: [None])
+    """The ``gpu_clock`` dimension: MHz to lock, None for the driver's default."""
     status: dict[int, str] = field(default_factory=dict)
     parent: str | None = None
     slurm: dict = field(default_factory=dict)
@@ -163,6 +173,7 @@ class StudyWorkload:
     """What identifies it in the file's ``status:`` (the original's params string, extended)."""
     name: str  # the plan's Workload: "001", "004-naive-x2-150w-r2"
     loader: str = "own"  # "shared": a shared loader (the study's loader_file) feeds the runs
+    gpu_clock_mhz: int | None = None  # the locked SM clock; None: the driver's default
 
     @property
     def params_text(self) -> str:
@@ -267,6 +278,7 @@ class _Reader:
         parameters = self.parameters()
         configurations = self.configurations()
         limits = self.power_limits()
+        gpu_clocks = self.gpu_clocks()
         repeats = self.integer("repeats", 1, minimum=1)
         job = self.text("job") or None
         batch = self.batch(parameters)
@@ -298,6 +310,7 @@ class _Reader:
             parameters=parameters,
             configurations=configurations,
             power_limits_w=limits,
+            gpu_clocks_mhz=gpu_clocks,
             repeats=repeats,
             job=job,
             batch=batch,
@@ -402,6 +415,26 @@ class _Reader:
                 self.problem(key, f"{configuration.label} is listed twice")
                 continue
             found.append(configuration)
+        return found
+
+    def gpu_clocks(self) -> list[int | None]:
+        raw = self.data.get("gpu_clock", "default")
+        items = raw if isinstance(raw, list) else [raw]
+        if not items:
+            self.problem("gpu_clock", "the list is empty, so the study has no workload")
+        found: list[int | None] = []
+        for i, item in enumerate(items):
+            key = f"gpu_clock[{i}]" if isinstance(raw, list) else "gpu_clock"
+            text = str(item).strip()
+            try:
+                mhz = None if text.lower() == "default" else parse_gpu_clock(text)
+            except ValueError as err:
+                self.problem(key, f"{err}, or default")
+                continue
+            if mhz in found:
+                self.problem(key, f"{'default' if mhz is None else f'{mhz} MHz'} is listed twice")
+                continue
+            found.append(mhz)
         return found
 
     def power_limits(self) -> list[float | None]:
@@ -634,6 +667,7 @@ def descriptor(
     power_limit_w: float | None,
     repeat: int,
     loader: str = "own",
+    gpu_clock_mhz: int | None = None,
 ) -> str:
     """What identifies a workload in ``status:``: the original's params string, then ``|``
     and each extension that is not at its default (so adding one keeps finished work)."""
@@ -642,6 +676,8 @@ def descriptor(
         parts.append(configuration.label)
     if power_limit_w is not None:
         parts.append(_cap_text(power_limit_w))
+    if gpu_clock_mhz is not None:
+        parts.append(f"{gpu_clock_mhz} MHz")
     if loader != "own":
         parts.append(f"{loader} loader")
     if repeat > 1:
@@ -653,29 +689,32 @@ def descriptor(
 def expand(study: Study) -> list[StudyWorkload]:
     """Every workload of the study, in run order.
 
-    Grid order: repeat, then parameters, then power limit, then configuration, then loader
-    (so an interrupted study has whole repeats, and own and shared loaders run one after the
-    other). ``method: random`` shuffles the same list with
-    ``seed`` (default 0): the same file gives the same order on every run.
+    Grid order: repeat, then parameters, then power limit, then GPU clock, then configuration,
+    then loader (so an interrupted study has whole repeats, and own and shared loaders run one
+    after the other). ``method: random`` shuffles the same list with ``seed`` (default 0): the
+    same file gives the same order on every run.
     """
     combos = list(product(*[[(flag, v) for v in values] for flag, values in study.parameters]))
     items = [
-        (list(combo), configuration, cap, repeat, loader)
+        (list(combo), configuration, cap, clock, repeat, loader)
         for repeat in range(1, study.repeats + 1)
         for combo in combos
         for cap in study.power_limits_w
+        for clock in study.gpu_clocks_mhz
         for configuration in study.configurations
         for loader in study.loaders
     ]
     if study.method == "random":
         random.Random(study.seed).shuffle(items)
     workloads = []
-    for index, (params, configuration, cap, repeat, loader) in enumerate(items, start=1):
+    for index, (params, configuration, cap, clock, repeat, loader) in enumerate(items, start=1):
         segments = [f"{index:03}"]
         if "collocation" in study.extended:
             segments.append(configuration.slug)
         if "power_limit" in study.extended:
             segments.append("default" if cap is None else f"{cap:g}w")
+        if "gpu_clock" in study.extended:
+            segments.append("default" if clock is None else f"{clock}mhz")
         if "loader" in study.extended:
             segments.append(loader)
         if study.repeats > 1:
@@ -688,9 +727,10 @@ def expand(study: Study) -> list[StudyWorkload]:
                 power_limit_w=cap,
                 repeat=repeat,
                 job=default_job(study, params),
-                descriptor=descriptor(study, params, configuration, cap, repeat, loader),
+                descriptor=descriptor(study, params, configuration, cap, repeat, loader, clock),
                 name="-".join(segments),
                 loader=loader,
+                gpu_clock_mhz=clock,
             )
         )
     return workloads

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from radt.collocation import mig, models, nvsmi, power
+from radt.collocation import clocks, mig, models, nvsmi, power
 from radt.collocation.common import find_gpu, list_gpus, mig_mode, watts
 from radt.errors import RadtError, UsageError
 from radt.launch.launcher import open_store
@@ -159,6 +159,9 @@ def _check_gpu(study: Study, checked: Checked) -> None:
         )
         return
     checked.gpu = f"GPU {gpu.index}: {gpu.name}"
+    for i, mhz in enumerate(study.gpu_clocks_mhz):
+        if mhz is not None:
+            checked.problems += clocks.check_gpu(gpu, mhz, _item(study, i, "gpu_clock"))
     if migs:
         state, source = _mig_state(gpu)
         if state is None:
@@ -263,6 +266,11 @@ def _check_without_gpu(study: Study, migs, caps, checked: Checked) -> None:
             f"{study.path}: no nvidia-smi here, so the power limits are not checked against a "
             "GPU's range"
         )
+    if any(mhz is not None for mhz in study.gpu_clocks_mhz):
+        checked.notes.append(
+            f"{study.path}: no nvidia-smi here, so the GPU clocks are not checked against a "
+            "GPU's supported clocks"
+        )
 
 
 # --------------------------------------------------------------------------- the plan
@@ -296,6 +304,7 @@ def plan_rows(
                     "File": study.loader_file or "-",
                     "Params": "-",
                     "PowerLimit": "-",
+                    "GpuClock": "-",
                     "Job": "-",
                     "Role": "loader",
                 }
@@ -314,6 +323,9 @@ def plan_rows(
                     "PowerLimit": "-"
                     if workload.power_limit_w is None
                     else f"{workload.power_limit_w:g}",
+                    "GpuClock": "-"
+                    if workload.gpu_clock_mhz is None
+                    else str(workload.gpu_clock_mhz),
                     "Job": workload.job,
                     "Role": "-",
                 }
@@ -347,6 +359,9 @@ def plan_text(study: Study, rows: list[dict[str, str]], searched: bool) -> str:
             "found (when the study runs)."
         )
     columns = LOADER_COLUMNS if "loader" in study.extended else PLAN_COLUMNS
+    if "gpu_clock" in study.extended:
+        at = columns.index("PowerLimit") + 1
+        columns = (*columns[:at], "GpuClock", *columns[at:])
     lines.append(", ".join(columns))
     for row in rows:
         lines.append(", ".join(_quote(row[column]) for column in columns))

@@ -573,8 +573,9 @@ def _trace_average_w(trace: dict[str, Any], t: float | None) -> float:
 
 
 def nvmlDeviceGetPowerUsage(handle):
-    gpu, mig, _ = _call("nvmlDeviceGetPowerUsage", handle)
+    gpu, mig, _ = _device(handle)
     if mig is None and (trace := gpu.get("power_trace")):
+        _call("nvmlDeviceGetPowerUsage", handle)
         return round(_trace_average_w(trace, _trace_time(trace)) * 1000)  # A100+: averaged
     return int(_gpu_only("nvmlDeviceGetPowerUsage", handle, "power_mw")[1])
 

@@ -255,3 +255,21 @@ def test_every_product_module_imports():
     for name in names:
         if not name.endswith(".__main__"):  # that one runs radT
             importlib.import_module(name)
+
+
+def test_the_architecture_is_in_the_repository_and_names_every_module():
+    """README links docs/architecture.md (not a file outside the clone), and it names every
+    product module, so a module added without a word there fails here."""
+    readme = (REPO / "README.md").read_text()
+    assert "](docs/architecture.md)" in readme and "../shared/" not in readme
+    text = (REPO / "docs" / "architecture.md").read_text()
+    unnamed = [
+        str(path.relative_to(REPO))
+        for folder in ("radt", "listeners", "frontend")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if path.name not in ("__init__.py", "__main__.py")
+        and f"`{path.name}`" not in text
+        and f"`{path.stem}`" not in text
+        and f"{path.parent.name}/{path.name}" not in text
+    ]
+    assert unnamed == []

@@ -270,6 +270,9 @@ def test_selected_runs_overlay_their_series_with_their_workloads(page, ui, study
     assert any(name.startswith("alone-A: window (") for name in shown), shown
     assert any(name.startswith("pair (workload): window (") for name in shown), shown
     assert "Shaded: each run's window" in page.inner_text("#ts-info")
+    # runs' windows start together (seconds since each run started): each label on its own line
+    labels = boxes(page, "#ts-graph .shape-label-text")
+    assert len(labels) == 4 and not overlapping(labels, labels), labels
     # the workloads' device-wide series come with their runs
     pick(page, "ts-keys", "iostat/net/recv_mib_s")
     wait_for(lambda: len(trace_names(page)) == 4, timeout=30)

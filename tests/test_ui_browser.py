@@ -250,6 +250,10 @@ def test_grid_sorts_and_filters(page, ui):
     page.fill("#runs-filter", "")
     wait_for(lambda: len(grid_rows(page)) == 5, timeout=20)
     header = "[role=columnheader][col-id='duration_s']"
+    for _ in range(10):  # past the whole job and its params (the grid draws what is in view)
+        if page.locator(f"{header} .ag-header-cell-label").is_visible():
+            break
+        page.click("#runs-right")
     page.click(f"{header} .ag-header-cell-label")
     page.wait_for_selector(f"{header}[aria-sort='ascending']")
     durations = [float(text) for text in column(page, "duration_s")]
@@ -273,6 +277,9 @@ def test_selected_runs_overlay_their_series_with_their_workloads(page, ui, study
     assert any(name.startswith("alone-A: window (") for name in shown), shown
     assert any(name.startswith("pair (workload): window (") for name in shown), shown
     assert "Shaded: each run's window" in page.inner_text("#ts-info")
+    # runs' windows start together (seconds since each run started): each label on its own line
+    labels = boxes(page, "#ts-graph .shape-label-text")
+    assert len(labels) == 4 and not overlapping(labels, labels), labels
     # the workloads' device-wide series come with their runs
     pick(page, "ts-keys", "iostat/net/recv_mib_s")
     wait_for(lambda: len(trace_names(page)) == 4, timeout=30)

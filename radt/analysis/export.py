@@ -388,8 +388,9 @@ def notes(frame: pd.DataFrame) -> list[str]:
 
 def _text(value) -> str:
     """A text cell: ``-`` for a missing value (None or NaN; never ``nan``)."""
-    missing = value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
-    return "-" if missing else str(value)
+    from radt.analysis.summary import _present
+
+    return str(value) if _present(value) else "-"
 
 
 def _slowdown_cell(row) -> str:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -660,9 +661,8 @@ def baseline_spread_pct(works: Iterable[float]) -> float:
     values = [v for v in works if math.isfinite(v)]
     if len(values) < 2:
         return NAN
-    mean = sum(values) / len(values)
-    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return 100.0 * math.sqrt(variance) / mean if mean else NAN
+    mean = statistics.fmean(values)
+    return 100.0 * statistics.stdev(values, mean) / mean if mean else NAN
 
 
 def baseline_spread_flagged(pct: Any) -> bool:

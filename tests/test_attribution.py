@@ -439,6 +439,7 @@ def test_mps_clients_get_the_hand_computed_estimates_labelled_as_such(study):
     assert provider["host_energy_j"] == pytest.approx(270.0)
     assert provider["host_energy_per_example_nj"] == pytest.approx(0.3e9)
     assert provider["total_energy_per_example_nj"] == pytest.approx(2070.0 / 900 * 1e9)
+    assert provider["total_energy_parts"] == "gpu+host"
     assert provider["energy_crosscheck_pct"] == pytest.approx(0.0, abs=1e-9)
 
 
@@ -579,7 +580,9 @@ def test_a_real_run_with_a_fake_powercap_tree_shows_host_energy_in_radt_runs(wor
     assert run["examples"] == 512
     assert run["host_energy_j"] == pytest.approx(40.0, abs=1e-6), run["window_note"]
     assert run["host_energy_per_example_nj"] == pytest.approx(40.0 / 512 * 1e9, rel=1e-6)
-    assert pd.isna(run["energy_j"])  # no GPU here: GPU and total energy are missing
+    assert pd.isna(run["energy_j"])  # no GPU here: the total is the host's alone
+    assert run["total_energy_per_example_nj"] == pytest.approx(40.0 / 512 * 1e9, rel=1e-6)
+    assert run["total_energy_parts"] == "host"
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         assert run_runs(["-e", "host", "--tracking-uri", workspace.uri]) == 0

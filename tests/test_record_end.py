@@ -4,6 +4,7 @@ the last CPU sample, multi-GPU aggregates, total energy per example, radT's clos
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import time
@@ -228,3 +229,36 @@ def test_sync_of_a_run_its_store_no_longer_has_says_so(
     ) in done.stderr.splitlines()
     assert folder.is_dir()
     _forget(workspace, run_id)
+
+
+# --------------------------------------------------------------------------- several GPUs
+
+TRAIN = """
+import time
+import radt
+for _ in range(15):
+    time.sleep(0.1)
+    radt.log_examples(10)
+"""
+
+
+def test_two_gpus_are_one_device_in_every_power_figure(workspace: Workspace, tmp_path):
+    import json
+
+    from conftest import FAKES, FIXTURES
+
+    scenario = json.loads((FIXTURES / "nvml_h100.json").read_text())
+    for gpu, milliwatts in zip(scenario["gpus"], (123450, 234560), strict=True):
+        gpu.update(power_mw=milliwatts, power_instant_mw=milliwatts, power_average_mw=milliwatts)
+    (tmp_path / "two.json").write_text(json.dumps(scenario))
+    env = {k: v for k, v in workspace.env.items() if not k.startswith(("FAKE_", "CUDA_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKES / "pynvml"), env["PYTHONPATH"]])
+    env["FAKE_PYNVML_SCENARIO"] = str(tmp_path / "two.json")
+    workspace.script("train.py", TRAIN)
+    done = workspace.run(["-l", "nvml", "--interval", "0.05", "train.py"], env=env)
+    assert done.returncode == 0, done.stderr
+    frame = summary("Default", tracking_uri=workspace.uri)
+    (row,) = [r for _, r in frame.iterrows()]
+    # 123.45 W + 234.56 W at every instant: mean and peak of the sum alike
+    assert row["power_mean_w"] == pytest.approx(358.01, abs=1e-9)
+    assert row["power_max_w"] == pytest.approx(358.01, abs=1e-9)

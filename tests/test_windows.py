@@ -243,9 +243,11 @@ def test_cpu_between_interpolates_the_counter_at_the_window_bounds():
     }
     # 1.5 → 2 s at 200 %, 2 → 3 s at 50 %, 3 → 3.5 s at 100 %: 1.0 + 0.5 + 0.5 core-seconds
     assert cpu_between(series, 1.5, 3.5) == (pytest.approx(2.0), None)
-    # one sampling interval (1 s) of reach past the last sample: 4 → 4.5 s at 100 %
+    # reach past the last sample: 4 → 4.5 s at 100 %
     assert cpu_between(series, 3.0, 4.5) == (pytest.approx(1.5), None)
-    used, why = cpu_between(series, 3.0, 6.0)
+    # two sampling intervals (2 s) of reach, one of them for jitter: 4 → 6 s at 100 %
+    assert cpu_between(series, 3.0, 6.0) == (pytest.approx(3.0), None)
+    used, why = cpu_between(series, 3.0, 6.5)
     assert math.isnan(used) and why == "the CPU samples (top) do not cover the window"
     used, why = cpu_between({}, 1.0, 2.0)
     assert math.isnan(used) and "the top listener did not record this run" in why

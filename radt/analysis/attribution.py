@@ -13,8 +13,9 @@ them with worked numbers):
   flagged (:func:`crosscheck_flagged`).
 - **Host energy**: the CPU packages and DRAM (``rapl/packageN`` +
   ``rapl/dramN``; ``rapl/psys`` where there is no package zone) across the
-  window (``host_energy_j``), per example, and GPU + host per example
-  (``total_energy_per_example_nj``). RAPL measures the whole machine: a
+  window (``host_energy_j``), per example, and the sum of the parts present
+  (GPU, host) per example (``total_energy_per_example_nj``, its parts named in
+  ``total_energy_parts``: ``gpu+host``, ``gpu`` or ``host``). RAPL measures the whole machine: a
   workload's (or lone run's) host energy is the machine's; a collocated client
   has none of its own.
 - **Per-client estimates** on a shared GPU (``energy_j_est``,
@@ -83,6 +84,7 @@ ATTRIBUTION_COLUMNS = (
     "host_energy_j",
     "host_energy_per_example_nj",
     "total_energy_per_example_nj",
+    "total_energy_parts",
     "energy_j_est",
     "energy_est_method",
     "energy_per_example_nj_est",
@@ -588,9 +590,12 @@ def _measured(record: Record, device, rapl, tags) -> None:
         record.notes.append(note)
     figures["host_energy_j"] = host
     figures["host_energy_per_example_nj"] = _per_example(host, record)
-    figures["total_energy_per_example_nj"] = _per_example(
-        figures.get("energy_j", NAN) + host, record
+    parts = {"gpu": figures.get("energy_j", NAN), "host": host}
+    present = {name: joules for name, joules in parts.items() if math.isfinite(joules)}
+    figures["total_energy_per_example_nj"] = (
+        _per_example(sum(present.values()), record) if present else NAN
     )
+    figures["total_energy_parts"] = "+".join(present) or None
     floors, idle = [], 0.0
     for gpu in _gpus(device):
         floor = idle_floor_w(device, gpu)

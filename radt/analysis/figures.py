@@ -219,14 +219,60 @@ def _first(
     series: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndarray]],
     quantity: str,
     listeners: Iterable[str],
-) -> dict[str, np.ndarray]:
-    """Per GPU, the values of ``quantity`` from the first listener that has them."""
-    chosen: dict[str, np.ndarray] = {}
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per GPU, the ``(seconds, values)`` of ``quantity`` from the first listener that has them."""
+    chosen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for listener in listeners:
-        for (source, gpu, name), (_, values) in series.items():
+        for (source, gpu, name), (seconds, values) in series.items():
             if source == listener and name == quantity and gpu.startswith("gpu"):
-                chosen.setdefault(gpu, values)
+                chosen.setdefault(gpu, (seconds, values))
     return chosen
+
+
+def across_gpus(chosen: Mapping[str, tuple[np.ndarray, np.ndarray]], combine: str) -> np.ndarray:
+    """The run's GPUs as one device: per instant, the GPUs' values summed (``combine="sum"``:
+    power, memory) or averaged (``"mean"``: utilisation, SM activity).
+
+    The instants are every GPU's sample times inside the span all GPUs' samples share,
+    each GPU's value there interpolated linearly; one GPU's own values as they are.
+    Empty when the GPUs' samples share no instant.
+    """
+    import numpy as np
+
+    pairs = [(s, v) for s, v in chosen.values() if len(s)]
+    if len(pairs) == 1:
+        return pairs[0][1]
+    if not pairs:
+        return np.empty(0)
+    lo, hi = max(s[0] for s, _ in pairs), min(s[-1] for s, _ in pairs)
+    times = np.unique(np.concatenate([s[(s >= lo) & (s <= hi)] for s, _ in pairs]))
+    if not len(times):
+        return np.empty(0)
+    stacked = np.vstack([np.interp(times, s, v) for s, v in pairs])
+    return stacked.sum(axis=0) if combine == "sum" else stacked.mean(axis=0)
+
+
+def gpu_figures(
+    power: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    util: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    smact: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    memory: Mapping[str, tuple[np.ndarray, np.ndarray]],
+) -> dict[str, float]:
+    """``power_mean_w``, ``power_max_w``, ``util_mean_pct``, ``smact_mean_ratio`` and
+    ``gpu_mem_peak_mib`` of the GPUs taken together (:func:`across_gpus`), NaN where none."""
+    import numpy as np
+
+    def over_time(values: np.ndarray, how) -> float:
+        return float(how(values)) if len(values) else NAN
+
+    total_w = across_gpus(power, "sum")
+    return {
+        "power_mean_w": over_time(total_w, np.mean),
+        "power_max_w": over_time(total_w, np.max),
+        "util_mean_pct": over_time(across_gpus(util, "mean"), np.mean),
+        "smact_mean_ratio": over_time(across_gpus(smact, "mean"), np.mean),
+        "gpu_mem_peak_mib": over_time(across_gpus(memory, "sum"), np.max),
+    }
 
 
 def run_figures(
@@ -240,18 +286,15 @@ def run_figures(
 
     series = device_series(frame) if series is None else series
     joules, used = _energy(series)
-    power = _first(series, "power_w", POWER_LISTENERS)
-    util = _first(series, "util_pct", UTIL_LISTENERS)
-    smact = _first(series, "smact_ratio", ("dcgm",))
-    memory = _first(series, "mem_used_mib", MEMORY_LISTENERS)
     rss = series.get(("top", "proc", "rss_mib"))
     figures = {
         "energy_j": joules,
-        "power_mean_w": _sum(float(np.mean(v)) for v in power.values()),
-        "power_max_w": _peak(power.values()),
-        "util_mean_pct": _mean(float(np.mean(v)) for v in util.values()),
-        "smact_mean_ratio": _mean(float(np.mean(v)) for v in smact.values()),
-        "gpu_mem_peak_mib": _peak(memory.values()),
+        **gpu_figures(
+            _first(series, "power_w", POWER_LISTENERS),
+            _first(series, "util_pct", UTIL_LISTENERS),
+            _first(series, "smact_ratio", ("dcgm",)),
+            _first(series, "mem_used_mib", MEMORY_LISTENERS),
+        ),
         "host_mem_peak_mib": float(np.max(rss[1])) if rss is not None and len(rss[1]) else NAN,
     }
     return figures, used
@@ -261,25 +304,6 @@ def finite_sum(values: Iterable[float]) -> float:
     """The sum of the finite values; NaN when there is none."""
     finite = [v for v in values if math.isfinite(v)]
     return float(sum(finite)) if finite else NAN
-
-
-def _sum(values: Iterable[float]) -> float:
-    values = list(values)
-    return float(sum(values)) if values else NAN
-
-
-def _mean(values: Iterable[float]) -> float:
-    import numpy as np
-
-    values = list(values)
-    return float(np.mean(values)) if values else NAN
-
-
-def _peak(arrays: Iterable[np.ndarray]) -> float:
-    import numpy as np
-
-    peaks = [float(np.max(a)) for a in arrays if len(a)]
-    return max(peaks) if peaks else NAN
 
 
 def per_example(
@@ -318,11 +342,11 @@ def summarize_samples(
     NaN where the samples do not tell:
 
     - ``energy_j``: see the module docstring (counter, else integrated power);
-    - ``power_mean_w``: mean draw summed over the GPUs; ``power_max_w``: the
-      highest draw of one GPU (``nvml``, else ``dcgm``, else ``smi``);
-    - ``util_mean_pct``: mean GPU utilisation over the GPUs (``nvml``, else ``smi``);
-    - ``smact_mean_ratio``: mean SM activity over the GPUs (``dcgm``);
-    - ``gpu_mem_peak_mib``: the most memory used on one GPU (``nvml``, else ``smi``);
+    - the GPU figures of the GPUs taken together, per instant (:func:`gpu_figures`):
+      ``power_mean_w`` and ``power_max_w``, the mean and peak of the summed draw
+      (``nvml``, else ``dcgm``, else ``smi``); ``util_mean_pct``, the mean utilisation
+      (``nvml``, else ``smi``); ``smact_mean_ratio``, the mean SM activity (``dcgm``);
+      ``gpu_mem_peak_mib``, the peak of the memory used on all of them (``nvml``, else ``smi``);
     - ``host_mem_peak_mib``: peak RSS of the run's process tree (``top/proc/rss_mib``);
     - with ``examples`` and ``duration_s`` also ``examples_per_s``,
       ``time_per_example_ns`` and ``energy_per_example_nj``.

@@ -51,6 +51,7 @@ from radt.analysis.figures import (
     UTIL_LISTENERS,
     energy_per_gpu,
     epoch_seconds,
+    gpu_figures,
 )
 
 if TYPE_CHECKING:
@@ -481,14 +482,16 @@ def energy_between(series: Series, start: float, end: float) -> tuple[float, dic
 
 
 def _inside(series: Series, quantity: str, listeners: Sequence[str], start, end) -> dict:
-    """Per GPU, the values of ``quantity`` from the first listener that has them, in the window."""
-    chosen: dict[str, np.ndarray] = {}
+    """Per GPU, the ``(seconds, values)`` of ``quantity`` from the first listener that has
+    them, in the window."""
+    chosen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for listener in listeners:
         for (source, gpu, name), (seconds, values) in series.items():
             wanted = source == listener and name == quantity and gpu.startswith("gpu")
             if wanted and gpu not in chosen:
-                chosen[gpu] = values[(seconds >= start) & (seconds <= end)]
-    return {gpu: values for gpu, values in chosen.items() if len(values)}
+                inside = (seconds >= start) & (seconds <= end)
+                chosen[gpu] = (seconds[inside], values[inside])
+    return {gpu: pair for gpu, pair in chosen.items() if len(pair[0])}
 
 
 def window_figures(
@@ -497,27 +500,24 @@ def window_figures(
     """The figures of :data:`radt.analysis.figures.FIGURES` over ``[start, end]``.
 
     ``energy_j`` as :func:`energy_between`; power, utilisation, SM activity and
-    memory from the samples inside the window (means and peaks as
-    :func:`radt.analysis.figures.summarize_samples` defines them). Returns the
+    memory from the samples inside the window, the GPUs taken together
+    (:func:`radt.analysis.figures.gpu_figures`). Returns the
     figures, the energy source per GPU and a note when the energy is missing.
     """
     if not end > start:
         return {name: NAN for name in FIGURES}, {}, None
     joules, used, note = energy_between(series, start, end)
-    power = _inside(series, "power_w", POWER_LISTENERS, start, end)
-    util = _inside(series, "util_pct", UTIL_LISTENERS, start, end)
-    smact = _inside(series, "smact_ratio", ("dcgm",), start, end)
-    memory = _inside(series, "mem_used_mib", MEMORY_LISTENERS, start, end)
     rss = series.get(("top", "proc", "rss_mib"))
     if rss is not None:
         rss = rss[1][(rss[0] >= start) & (rss[0] <= end)]
     figures = {
         "energy_j": joules,
-        "power_mean_w": float(sum(np.mean(v) for v in power.values())) if power else NAN,
-        "power_max_w": max(float(np.max(v)) for v in power.values()) if power else NAN,
-        "util_mean_pct": float(np.mean([np.mean(v) for v in util.values()])) if util else NAN,
-        "smact_mean_ratio": float(np.mean([np.mean(v) for v in smact.values()])) if smact else NAN,
-        "gpu_mem_peak_mib": max(float(np.max(v)) for v in memory.values()) if memory else NAN,
+        **gpu_figures(
+            _inside(series, "power_w", POWER_LISTENERS, start, end),
+            _inside(series, "util_pct", UTIL_LISTENERS, start, end),
+            _inside(series, "smact_ratio", ("dcgm",), start, end),
+            _inside(series, "mem_used_mib", MEMORY_LISTENERS, start, end),
+        ),
         "host_mem_peak_mib": float(np.max(rss)) if rss is not None and len(rss) else NAN,
     }
     return figures, used, note

@@ -17,6 +17,7 @@ from radt.analysis.summary import summary
 from radt.analysis.windows import cpu_between
 
 FOUR_HUNDRED = """
+import os
 from pathlib import Path
 import radt
 for _ in range(400):
@@ -31,7 +32,8 @@ def _start_after_done(workspace: Workspace) -> tuple[subprocess.Popen, int]:
     `done` and has exited."""
     workspace.script("done.py", FOUR_HUNDRED)
     radt = workspace.start(["-l", "top", "--interval", "0.01", "done.py"])
-    assert radt.stdout.readline() == "done\n"
+    first = radt.stdout.readline()
+    assert first == "done\n", first + radt.stderr.read()
     pid = int((workspace.root / "pid").read_text())
     wait_for(lambda: not pid_alive(pid), timeout=60)
     time.sleep(0.05)

@@ -20,7 +20,7 @@ from test_windows import COMMAND, P_ALONE, P_PAIR, Study, gpu, row_of, script
 
 import radt.analysis.summary as summary_module
 from radt.analysis.export import run_runs
-from radt.analysis.stored import FIGURES_TAG
+from radt.analysis.stored import FIGURES_TAG, VERSION
 from radt.analysis.summary import summary
 
 
@@ -82,7 +82,7 @@ def test_every_run_of_a_family_carries_its_figures(recorded):
     client, _, ids = recorded
     for name, run_id in ids.items():
         state = json.loads(client.get_run(run_id).data.tags[FIGURES_TAG])
-        assert state["version"] == 1, name
+        assert state["version"] == VERSION, name
     pair = json.loads(client.get_run(ids["pair"]).data.tags[FIGURES_TAG])
     assert pair["level"] == "provider"
     assert pair["family"] == sorted([ids["pair"], ids["a"], ids["b"]])

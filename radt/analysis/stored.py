@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from radt.analysis.summary import Record
 
 FIGURES_TAG = "radt.figures"
-VERSION = 1
+VERSION = 2
 """Bumped whenever what the figures are changes: older tags are then recomputed."""
 MAX_TAG_CHARS = 8000
 """MLflow's longest tag value; a longer state is not stored (the run is computed at looks)."""
@@ -63,6 +63,7 @@ def state_of(record: Record, family: Sequence[str], kids: Sequence[Record] = ())
         "method": record.method,
         "notes": list(record.notes),
         "work": float(record.work),
+        "has_device": record.has_device,
     }
     if record.level == "provider" and window.basis == "examples":
         # what the normalised figures need of each client's counter: its examples in the window
@@ -118,6 +119,7 @@ def restore(
             record.notes = list(state["notes"])
             record.work = state["work"]
             record.kid_examples = dict(state.get("kid_examples", {}))
+            record.device_recorded = bool(state.get("has_device"))
         restored.update(states)
     return restored
 

@@ -336,6 +336,15 @@ class Record:
     basis_: str | None = None
     kid_examples: dict[str, float] = field(default_factory=dict)
     """A workload's clients' examples in its window, as stored (:mod:`radt.analysis.stored`)."""
+    device_recorded: bool | None = None
+    """Whether GPU power or energy was recorded, as stored; None: see :attr:`series`."""
+
+    @property
+    def has_device(self) -> bool:
+        """Whether this run's samples hold GPU power or energy series."""
+        if self.device_recorded is not None:
+            return self.device_recorded
+        return _has_device(self.series)
 
     @classmethod
     def of(cls, run, level: str) -> Record:
@@ -965,8 +974,8 @@ def summary(
             if record.level != "loader":
                 row.update(_slowdown(record, baselines))
                 row.update(_norm_client(record, baselines))
-        gpu = _has_device(record.series) or (
-            record.level == "client" and parent is not None and _has_device(parent.series)
+        gpu = record.has_device or (
+            record.level == "client" and parent is not None and parent.has_device
         )
         if not gpu and record.level != "loader":
             record.notes.append(NO_GPU_NOTE)

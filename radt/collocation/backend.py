@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from radt.collocation import clocks, mig, mps, nvsmi, power
 from radt.collocation.common import (
@@ -187,28 +188,26 @@ def setup(
     slots = [Slot() for _ in requests]
     artifacts: dict[str, str] = {}
 
-    limits_by_index: dict[int, float] = {}
-    notes = []
-    for device, limit in sorted(power_limits.items(), key=lambda item: str(item[0])):
-        gpu = find_gpu(device, gpus)
-        lines = [requests[p].line for p, g in located.items() if gpu and g.index == gpu.index]
-        if gpu is None:
-            raise RadtError(f"{at(lines)}: power limit for GPU {device}: no such GPU here")
-        notes.append(power.setup_gpu(gpu, limit, teardown, at(lines)))
-        limits_by_index[gpu.index] = limit
+    def per_gpu(settings: dict, what: str, setup_gpu: Callable) -> tuple[dict[int, Any], str]:
+        """Apply one per-GPU setting (``setup_gpu(gpu, value, teardown, where)``) to each
+        GPU named in ``settings``; the values by GPU index and the notes for the artifact."""
+        by_index: dict[int, Any] = {}
+        notes = []
+        for device, value in sorted(settings.items(), key=lambda item: str(item[0])):
+            gpu = find_gpu(device, gpus)
+            lines = [requests[p].line for p, g in located.items() if gpu and g.index == gpu.index]
+            if gpu is None:
+                raise RadtError(f"{at(lines)}: {what} for GPU {device}: no such GPU here")
+            notes.append(setup_gpu(gpu, value, teardown, at(lines)))
+            by_index[gpu.index] = value
+        return by_index, "".join(notes)
+
+    limits_by_index, notes = per_gpu(power_limits, "power limit", power.setup_gpu)
     if notes:
-        artifacts["power_limits.txt"] = "".join(notes)
-    clocks_by_index: dict[int, int] = {}
-    notes = []
-    for device, mhz in sorted(gpu_clocks.items(), key=lambda item: str(item[0])):
-        gpu = find_gpu(device, gpus)
-        lines = [requests[p].line for p, g in located.items() if gpu and g.index == gpu.index]
-        if gpu is None:
-            raise RadtError(f"{at(lines)}: GPU clock for GPU {device}: no such GPU here")
-        notes.append(clocks.setup_gpu(gpu, mhz, teardown, at(lines)))
-        clocks_by_index[gpu.index] = mhz
+        artifacts["power_limits.txt"] = notes
+    clocks_by_index, notes = per_gpu(gpu_clocks, "GPU clock", clocks.setup_gpu)
     if notes:
-        artifacts["gpu_clocks.txt"] = "".join(notes)
+        artifacts["gpu_clocks.txt"] = notes
 
     texts = []
     for index, positions in _groups(requests, located, "mig").items():

@@ -45,14 +45,7 @@ def launcher_parser() -> argparse.ArgumentParser:
         metavar="NAMES",
         help="listeners joined by + (e.g. top+iostat), or none; default: every available one",
     )
-    parser.add_argument(
-        "-o",
-        "--listener-option",
-        action="append",
-        default=[],
-        metavar="LISTENER.KEY=VALUE",
-        help="an option for one listener, e.g. top.per_core=1; repeatable",
-    )
+    add_listener_option(parser, "top.per_core=1")
     parser.add_argument(
         "--interval",
         "--poll_interval",
@@ -229,6 +222,19 @@ def parse_pairs(
             raise UsageError(f"malformed {what} {pair!r}: expected {form}")
         parsed[key.strip()] = value
     return parsed
+
+
+def add_listener_option(parser: argparse.ArgumentParser, example: str) -> None:
+    """The ``-o/--listener-option LISTENER.KEY=VALUE`` argument (read by
+    :func:`parse_listener_options`), with ``example`` in its help."""
+    parser.add_argument(
+        "-o",
+        "--listener-option",
+        action="append",
+        default=[],
+        metavar="LISTENER.KEY=VALUE",
+        help=f"an option for one listener, e.g. {example}; repeatable",
+    )
 
 
 def parse_listener_options(pairs: list[str]) -> dict[str, dict[str, str]]:
@@ -501,14 +507,7 @@ def run_listeners(argv: list[str]) -> int:
     listener's options."""
     parser = argparse.ArgumentParser(prog="radt listeners", description=run_listeners.__doc__)
     parser.add_argument("name", nargs="?", help="a listener: list its -o options")
-    parser.add_argument(
-        "-o",
-        "--listener-option",
-        action="append",
-        default=[],
-        metavar="LISTENER.KEY=VALUE",
-        help="an option for one listener, e.g. rapl.root=PATH; repeatable",
-    )
+    add_listener_option(parser, "rapl.root=PATH")
     args = parser.parse_args(argv)
     from radt.launch.registry import discover
 

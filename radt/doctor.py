@@ -500,14 +500,9 @@ def run_doctor(argv: list[str]) -> int:
     """``radt doctor``: what this machine lets radT measure and control."""
     parser = argparse.ArgumentParser(prog="radt doctor", description=run_doctor.__doc__)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument(
-        "-o",
-        "--listener-option",
-        action="append",
-        default=[],
-        metavar="LISTENER.KEY=VALUE",
-        help="an option for one listener, e.g. rapl.root=PATH; repeatable",
-    )
+    from radt.cli import add_listener_option, parse_listener_options
+
+    add_listener_option(parser, "rapl.root=PATH")
     parser.add_argument(
         "--require",
         metavar="A,B",
@@ -523,7 +518,6 @@ def run_doctor(argv: list[str]) -> int:
         "--seconds", type=float, default=30.0, help="length of the load (--measure; at least 5)"
     )
     args = parser.parse_args(argv)
-    from radt.cli import parse_listener_options
     from radt.tracking import prepare_process_env
 
     if args.measure:

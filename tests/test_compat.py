@@ -403,12 +403,11 @@ def test_the_readme_example_plan_runs_on_a_copy_and_says_how_to_run_it_again(wor
     root = workspace.root
     shutil.copytree(REPO / "examples", root / "examples")
     readme = (REPO / "README.md").read_text()
-    (copy_line,) = [
-        line.split("#")[0].strip()
-        for line in readme.splitlines()
-        if line.startswith("cp examples/collocation.csv ")
-    ]
-    copy = shlex.split(copy_line)
+    lines = [line.split("#")[0].strip() for line in readme.splitlines()]
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("cp examples/collocation.csv ")]
+    assert lines[at - 1] == "mkdir -p scratch"  # README makes the scratch folder first
+    subprocess.run(shlex.split(lines[at - 1]), cwd=root, check=True)
+    copy = shlex.split(lines[at])
     subprocess.run(copy, cwd=root, check=True)
     study = copy[-1]
     assert f"radt {study}" in readme

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import io
 import math
-import shutil
 import time
 from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
-from test_windows import row_of, script
+from test_windows import recorded_store, row_of, script
 
 from radt.analysis.attribution import (
     ATTRIBUTION_COLUMNS,
@@ -396,13 +394,7 @@ def build(client, uri):
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, template_db):
     """The study above, recorded once."""
-    root = tmp_path_factory.mktemp("attribution")
-    shutil.copy(template_db, root / "mlflow.db")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RADT_HOME", str(root / "home"))
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
-        uri = f"sqlite:///{root / 'mlflow.db'}"
-        client = MlflowClient(uri)
+    with recorded_store(tmp_path_factory, template_db, "attribution") as (client, uri):
         s, ids = build(client, uri)
         frame = summary("attribution", tracking_uri=uri)
         yield uri, s, ids, frame

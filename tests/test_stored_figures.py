@@ -9,14 +9,12 @@ table equals the one computed from the samples once the tags are gone.
 from __future__ import annotations
 
 import json
-import shutil
 
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 from radt.frontend.pages.runs import COLUMNS as GRID_COLUMNS
 from radt.frontend.pages.runs import grid_columns, grid_rows
-from test_windows import COMMAND, P_ALONE, P_PAIR, Study, gpu, row_of, script
+from test_windows import COMMAND, P_ALONE, P_PAIR, Study, gpu, recorded_store, row_of, script
 
 import radt.analysis.summary as summary_module
 from radt.analysis.export import run_runs
@@ -27,13 +25,7 @@ from radt.analysis.summary import summary
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, template_db):
     """A lone run, a collocated pair and a workload of one run, closed by radT."""
-    root = tmp_path_factory.mktemp("stored")
-    shutil.copy(template_db, root / "mlflow.db")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RADT_HOME", str(root / "home"))
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
-        uri = f"sqlite:///{root / 'mlflow.db'}"
-        client = MlflowClient(uri)
+    with recorded_store(tmp_path_factory, template_db, "stored") as (client, uri):
         s = Study(client, uri)
         ids = {
             "alone": s.lone(

@@ -10,6 +10,7 @@ expected figure below is computed by hand in the comments.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import re
@@ -458,16 +459,23 @@ def build(client, uri):
     return s, ids
 
 
-@pytest.fixture(scope="module")
-def study(tmp_path_factory, template_db):
-    """The study above, recorded once for the tests that only read it."""
-    root = tmp_path_factory.mktemp("study")
+@contextlib.contextmanager
+def recorded_store(tmp_path_factory, template_db, name: str):
+    """A fresh SQLite store (a copy of the template) in a folder of its own, with RADT_HOME
+    there and MLFLOW_TRACKING_URI unset while it is in use; yields ``(client, uri)``."""
+    root = tmp_path_factory.mktemp(name)
     shutil.copy(template_db, root / "mlflow.db")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RADT_HOME", str(root / "home"))
         patch.delenv("MLFLOW_TRACKING_URI", raising=False)
         uri = f"sqlite:///{root / 'mlflow.db'}"
-        client = MlflowClient(uri)
+        yield MlflowClient(uri), uri
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, template_db):
+    """The study above, recorded once for the tests that only read it."""
+    with recorded_store(tmp_path_factory, template_db, "study") as (client, uri):
         s, ids = build(client, uri)
         yield client, uri, s, ids
 

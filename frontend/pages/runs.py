@@ -50,11 +50,18 @@ def _si(scale: float, unit: str) -> dict:
 
 _CHECK = "params.data.energy_crosscheck_pct"
 _FLAGGED = f"{_CHECK} != null && Math.abs({_CHECK}) > {CROSSCHECK_LIMIT_PCT:g}"
-CROSSCHECK_STYLE = {
-    "styleConditions": [
-        {"condition": _FLAGGED, "style": {"backgroundColor": "#fde2c8", "color": "#8a3b00"}}
-    ]
-}
+
+
+def _orange_when(condition: str) -> dict:
+    """A cell style: orange where the JavaScript ``condition`` holds (a flagged figure)."""
+    return {
+        "styleConditions": [
+            {"condition": condition, "style": {"backgroundColor": "#fde2c8", "color": "#8a3b00"}}
+        ]
+    }
+
+
+CROSSCHECK_STYLE = _orange_when(_FLAGGED)
 """Orange where the energy counter and the integral of power differ by more than the limit."""
 CROSSCHECK_TIP = {
     "function": f"{_FLAGGED} ? 'energy cross-check: the integral of power is ' + "
@@ -63,11 +70,7 @@ CROSSCHECK_TIP = {
 }
 _SPREAD = "params.data.baseline_cv_pct"
 _SPREAD_OUT = f"{_SPREAD} != null && {_SPREAD} > {BASELINE_SPREAD_LIMIT_PCT:g}"
-SPREAD_STYLE = {
-    "styleConditions": [
-        {"condition": _SPREAD_OUT, "style": {"backgroundColor": "#fde2c8", "color": "#8a3b00"}}
-    ]
-}
+SPREAD_STYLE = _orange_when(_SPREAD_OUT)
 """Orange where the baseline's repeats spread more than the limit (coefficient of variation)."""
 SPREAD_TIP = {
     "function": f"{_SPREAD_OUT} ? 'against a baseline whose repeats spread ' + "

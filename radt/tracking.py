@@ -46,6 +46,8 @@ def quiet_mlflow_logs() -> None:
     (a new store once, a store error in one line)."""
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # tqdm bars ("Downloading artifacts: 100%|...") each time radT reads a run's samples
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\[\]]+)")

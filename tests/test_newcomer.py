@@ -316,3 +316,19 @@ def test_the_wheel_holds_every_module_of_the_tree(tmp_path):
     }
     assert "radt/slurm/dispatch.py" in wanted
     assert wanted - held == set()
+
+
+def test_a_plan_says_no_mlflow_progress_bars(workspace):
+    """Where tqdm is installed (it comes with transformers, and on most GPU machines), MLflow
+    draws "Downloading artifacts: 100%|…" each time radT reads a run's samples; radT's output
+    holds its own lines only."""
+    pytest.importorskip("tqdm")
+    workspace.script("quick.py", "print('hi')\n")
+    (workspace.root / "plan.csv").write_text(
+        "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params\n"
+        "bars, one, , , 0, none, quick.py, top, \n"
+    )
+    done = workspace.run(["plan.csv", "--workdir", "here"])
+    assert done.returncode == 0, done.stderr
+    assert "FINISHED" in done.stderr
+    assert "Downloading" not in done.stderr + done.stdout

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,10 +27,7 @@ from radt.record.writer import BatchWriter
 from radt.slurm.jobenv import job_tags
 from radt.tracking import reason, store_error
 
-
-def say(message: str) -> None:
-    """Print one line from radT on stderr."""
-    print(f"radt: {message}", file=sys.stderr, flush=True)
+log = logging.getLogger(__name__)
 
 
 def _abandon(client, run_id: str, exc: BaseException) -> None:
@@ -58,7 +55,7 @@ class RecordedRun:
         interval_s: float | None = None,
         devices: Sequence[str] = (),
         listener_options: dict[str, dict[str, str]] | None = None,
-        warn: Callable[[str], None] = say,
+        warn: Callable[[str], None] = log.warning,
         run_api: bool = True,
     ) -> None:
         from mlflow.entities import Param

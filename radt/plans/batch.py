@@ -18,6 +18,7 @@ a finished search is never run again, and a search cut short reuses the outcomes
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shlex
@@ -27,10 +28,11 @@ from pathlib import Path
 
 from radt.errors import RadtError, UsageError
 from radt.launch.command import resolve_argv
-from radt.launch.session import say
 from radt.plans.model import Plan, Row, Workload
 from radt.plans.runner import PlanOptions, WorkloadRunner
 from radt.plans.study import BatchSearch, Configuration, Study, StudyWorkload
+
+log = logging.getLogger(__name__)
 
 OOM_MARKERS = (
     "torch.OutOfMemoryError",
@@ -242,7 +244,7 @@ class Searcher:
         self.client.set_tag(search_id, "radt.probe.batch_size", str(answer))
         self.client.set_tag(search_id, "radt.probe.probes", str(probes))
         self.client.set_terminated(search_id, "FINISHED")
-        say(
+        log.info(
             f"batch size for {slot.job} on {slot.key}: {self.spec.flag} {answer} "
             f"({probes} new probe{'s' if probes != 1 else ''})"
         )
@@ -331,7 +333,7 @@ class Searcher:
         elif all(status == "FINISHED" for status in statuses):
             outcome = "fits"
         elif reason and reason.startswith("--max-time") and runner.supervisor.signum is None:
-            say(
+            log.info(
                 f"{label} ran {self.spec.max_time_min:g} min without running out of memory: it "
                 "fits (does the script call radt.log_examples? RADT_MAX_STEPS ends a probe "
                 f"after {self.spec.steps} calls)"
@@ -349,5 +351,5 @@ class Searcher:
                 f"see its output in run {run_id or runner.parent.run_id}"
             )
         self.client.set_tag(runner.parent.run_id, "radt.probe.outcome", outcome)
-        say(f"{label}: {'fits' if outcome == 'fits' else 'out of memory'}")
+        log.info(f"{label}: {'fits' if outcome == 'fits' else 'out of memory'}")
         return outcome

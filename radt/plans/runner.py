@@ -10,6 +10,7 @@ loader row starts its shared loader first (see :mod:`radt.plans.loader`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import signal
@@ -27,7 +28,7 @@ from radt.launch.command import resolve_argv
 from radt.launch.job import JobInputs
 from radt.launch.launcher import child_env, open_store, run_params, run_tags
 from radt.launch.registry import Discovered, check_options, discover, select
-from radt.launch.session import RecordedRun, say
+from radt.launch.session import RecordedRun
 from radt.launch.supervise import Outcome, Supervisor, ended
 from radt.listener import Client, Listener
 from radt.plans.loader import LoaderPorts, SharedLoader
@@ -36,6 +37,8 @@ from radt.plans.read import read_plan
 from radt.plans.workdir import absolute_store, place
 from radt.tracking import experiment_id
 from radt.words import count
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from radt.slurm.dispatch import SlurmRequest
@@ -93,7 +96,7 @@ def run_plan(options: PlanOptions) -> int:
     if problems:
         raise UsageError(_report(options.path, problems))
     for note in plan.notes:
-        say(note)
+        log.info(note)
     if options.slurm is not None:
         from radt.slurm.dispatch import run_on_slurm
         from radt.slurm.options import slurm_options
@@ -107,10 +110,10 @@ def run_plan(options: PlanOptions) -> int:
         )
     skipped = _skipped(plan, pending, options)
     if not pending:
-        say(f"nothing to run in {options.path}: {skipped}")
+        log.info(f"nothing to run in {options.path}: {skipped}")
         return 0
     if len(pending) < len(plan.workloads):
-        say(f"skipping {skipped}")
+        log.info(f"skipping {skipped}")
     return run_workloads(plan, pending, options, found, open_store(options.tracking_uri))
 
 
@@ -134,7 +137,7 @@ def run_workloads(
         if after is not None:
             after(runner)
         if runner.interrupted:
-            say("interrupted; the remaining workloads run the next time the plan runs")
+            log.info("interrupted; the remaining workloads run the next time the plan runs")
             break
     return worst
 
@@ -348,7 +351,7 @@ class WorkloadRunner:
     def run(self) -> int:
         """Run the workload to its end; return its worst exit code."""
         self.parent = self._parent_run()
-        say(f"workload {self.workload.label}: parent run {self.parent.run_id}")
+        log.info(f"workload {self.workload.label}: parent run {self.parent.run_id}")
         codes: list[int] = []
         failure: BaseException | None = None
         try:
@@ -357,7 +360,7 @@ class WorkloadRunner:
                 self.limits,
                 self.parent.folder.path / "collocation",
                 self.teardown,
-                say,
+                log.warning,
                 plan_name=self.plan.path.name,
                 gpu_clocks=self.clocks,
             )
@@ -369,7 +372,7 @@ class WorkloadRunner:
                 self._prepare(index, row, slot)
             self.supervisor = Supervisor(
                 self.children + ([self.loader.child] if self.loader else []),
-                say,
+                log.warning,
                 self.options.grace_s,
                 self.options.max_time_min,
             )
@@ -390,7 +393,7 @@ class WorkloadRunner:
             failure = exc
         finally:
             self._stop_children()
-            for problem in self.teardown.run(say):
+            for problem in self.teardown.run(log.warning):
                 self.parent.state.tags.setdefault("radt.teardown_failed", problem[:5000])
         return self._close(codes, failure)
 
@@ -451,7 +454,7 @@ class WorkloadRunner:
             child,
             run.output_log,
             started,
-            say,
+            log.warning,
             self.options.grace_s,
             self.options.loader_timeout_s,
         )
@@ -626,12 +629,12 @@ class WorkloadRunner:
             self.parent.state.tags["radt.signal"] = signal.Signals(signum).name
         self.parent.close(worst.status, worst.exit_code, ended_s=workload_ended_s)
         self.plan.record(self.workload, results)
-        say(f"workload {self.workload.label}: {worst.status} (exit code {worst.exit_code})")
+        log.info(f"workload {self.workload.label}: {worst.status} (exit code {worst.exit_code})")
         self.interrupted = isinstance(failure, KeyboardInterrupt) or (
             self.supervisor is not None and self.supervisor.signum is not None
         )
         if isinstance(failure, RadtError):
-            say(f"error: {failure}")
+            log.warning(f"error: {failure}")
         elif failure is not None and not isinstance(failure, KeyboardInterrupt):
             raise failure
         return worst.exit_code

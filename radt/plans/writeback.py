@@ -13,9 +13,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import stat
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +25,8 @@ from radt.plans.model import Plan, Row, Workload, clean
 from radt.plans.read import read_header
 from radt.plans.scanner import Record, physical_lines, read_text, scan
 from radt.record.runfolder import radt_home
+
+log = logging.getLogger(__name__)
 
 
 def write_results(plan: Plan, workload: Workload, results: dict[int, tuple[str, str]]) -> None:
@@ -85,12 +87,10 @@ def _write_copy(
     _atomic_write(copy, (bom + text).encode("utf-8"))
     if target not in _told:
         _told.add(target)
-        print(
-            f"radt: cannot update {plan.path} ({exc.strerror or exc}); the runs go on and "
+        log.warning(
+            f"cannot update {plan.path} ({exc.strerror or exc}); the runs go on and "
             f"their Status and Run are written to {copy} (run that copy next time, "
-            "or copy it back)",
-            file=sys.stderr,
-            flush=True,
+            "or copy it back)"
         )
 
 

@@ -14,7 +14,6 @@ from radt.plans.model import MODES
 if TYPE_CHECKING:
     from radt.launch.job import JobInputs
 
-SUBCOMMANDS = ("sync", "listeners", "export", "runs", "ui")
 MIN_WINDOW_S = 0.001
 PLAN_SUFFIXES = (".csv", ".yaml", ".yml")
 ORIGINAL_ONLY = ((("-w", "--workload"), "N"), (("-c", "--collocation"), "METHOD"))

@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from radt.analysis.artifact import Artifact
 from radt.analysis.load import TIDY_COLUMNS, KeyFilter, load, load_wide, read_samples
-from radt.errors import UsageError
+from radt.errors import AnalysisError
 from radt.listener import Sample, SampleBatch
 from radt.record import finalize
 from radt.record.compact import INDEX_KEY, LAYOUT, LAYOUT_KEY, compact, write_samples
@@ -324,7 +324,7 @@ def test_a_load_larger_than_memory_says_how_to_ask_for_less(tmp_path, template_d
     client.log_artifact(run.info.run_id, str(tmp_path / "samples.parquet"), "radt")
     client.set_terminated(run.info.run_id, "FINISHED")
     monkeypatch.setenv("RADT_LOAD_LIMIT_MIB", "1")  # 50,000 samples need about 3 MiB
-    with pytest.raises(UsageError) as refused:
+    with pytest.raises(AnalysisError) as refused:
         load("big", tracking_uri=uri)
     message = str(refused.value)
     assert "\n" not in message and "50,000 samples" in message
@@ -332,7 +332,7 @@ def test_a_load_larger_than_memory_says_how_to_ask_for_less(tmp_path, template_d
         assert advice in message
     # asking for less works under the same limit
     assert len(load("big", keys=["nvml/gpu0/power_w"], tracking_uri=uri)) > 0
-    with pytest.raises(UsageError, match="freq="):
+    with pytest.raises(AnalysisError, match="freq="):
         load_wide("big", freq="1us", tracking_uri=uri)
     assert len(load_wide("big", freq="10s", tracking_uri=uri)) > 0
 

@@ -14,7 +14,7 @@ from radt.launch.child import Child
 from radt.launch.command import params_from_args, resolve_argv, script_args
 from radt.launch.job import JobInputs
 from radt.launch.registry import check_options, select
-from radt.launch.session import RecordedRun
+from radt.launch.session import RecordedRun, start_run
 from radt.launch.supervise import Supervisor, ended
 from radt.listener import Listener
 from radt.tracking import (
@@ -137,18 +137,20 @@ def launch(options: LaunchOptions) -> int:
     exp_id = experiment_id(client, options.experiment)
     experiment = experiment_label(client, exp_id)
     run = RecordedRun(
-        client,
-        uri,
-        exp_id,
-        tags={
-            **run_tags(options.command, listeners, options.devices),
-            **options.job.tags(),
-            **options.tags,
-        },
-        params=run_params(options.command),
-        listeners=listeners,
-        run_name=options.run_name,
-        window_s=options.window_s,
+        start_run(
+            client,
+            uri,
+            exp_id,
+            tags={
+                **run_tags(options.command, listeners, options.devices),
+                **options.job.tags(),
+                **options.tags,
+            },
+            params=run_params(options.command),
+            run_name=options.run_name,
+            window_s=options.window_s,
+        ),
+        listeners,
         interval_s=options.interval_s,
         devices=options.devices,
         listener_options=options.listener_options,

@@ -28,7 +28,7 @@ from radt.launch.command import resolve_argv
 from radt.launch.job import JobInputs
 from radt.launch.launcher import child_env, open_store, run_params, run_tags
 from radt.launch.registry import Discovered, check_options, discover, select
-from radt.launch.session import RecordedRun
+from radt.launch.session import RecordedRun, start_run
 from radt.launch.supervise import Outcome, Supervisor, ended
 from radt.listener import Client, Listener
 from radt.plans.loader import LoaderPorts, SharedLoader
@@ -405,25 +405,27 @@ class WorkloadRunner:
                     device_listeners.setdefault(listener.name, listener)
         devices = sorted({d for row in self.workload.rows for d in row.devices})
         return RecordedRun(
-            self.client,
-            self.uri,
-            self.experiment_id,
-            tags={
-                **workload_tags(self.workload, self.limits, self.clocks),
-                "radt.devices": ",".join(devices) or "all",
-                "radt.listeners": "+".join(device_listeners) or "none",
-                "radt.plan": str(self.plan.path),
-                **self.options.tags,
-            },
-            params={},
-            listeners=list(device_listeners.values()),
-            run_name=self.workload.name,
-            parent_run_id=self.options.parent_run_id,
-            window_s=self.options.window_s,
+            start_run(
+                self.client,
+                self.uri,
+                self.experiment_id,
+                tags={
+                    **workload_tags(self.workload, self.limits, self.clocks),
+                    "radt.devices": ",".join(devices) or "all",
+                    "radt.listeners": "+".join(device_listeners) or "none",
+                    "radt.plan": str(self.plan.path),
+                    **self.options.tags,
+                },
+                params={},
+                run_name=self.workload.name,
+                parent_run_id=self.options.parent_run_id,
+                window_s=self.options.window_s,
+                run_api=False,
+            ),
+            list(device_listeners.values()),
             interval_s=self.options.interval_s,
             devices=devices,
             listener_options=self.options.listener_options,
-            run_api=False,
         )
 
     def _prepare(self, index: int, row: Row, slot: collocation.Slot) -> None:
@@ -467,26 +469,28 @@ class WorkloadRunner:
         listeners = self.row_listeners[row.line]
         argv, cwd = place(resolve_argv(row.command), self.options.workdir)
         run = RecordedRun(
-            self.client,
-            self.uri,
-            self.experiment_id,
-            tags={
-                **run_tags(row.command, listeners, slot.devices),
-                **workload_tags(self.workload, self.limits, self.clocks),
-                **slot.tags,
-                "radt.letter": row.letter,
-                "radt.plan_line": str(row.line),
-                **self.options.job.with_row(row.job, row.warmup_epochs, row.warmup_s).tags(),
-                "radt.workdir": str(cwd),
-                **self.options.tags,
-                **({"radt.role": row.role} if row.role else {}),
-            },
-            params=run_params(row.command),
+            start_run(
+                self.client,
+                self.uri,
+                self.experiment_id,
+                tags={
+                    **run_tags(row.command, listeners, slot.devices),
+                    **workload_tags(self.workload, self.limits, self.clocks),
+                    **slot.tags,
+                    "radt.letter": row.letter,
+                    "radt.plan_line": str(row.line),
+                    **self.options.job.with_row(row.job, row.warmup_epochs, row.warmup_s).tags(),
+                    "radt.workdir": str(cwd),
+                    **self.options.tags,
+                    **({"radt.role": row.role} if row.role else {}),
+                },
+                params=run_params(row.command),
+                run_name=row.name or f"{self.workload.name}-{row.letter}",
+                parent_run_id=self.parent.run_id,
+                window_s=self.options.window_s,
+            ),
             # A fresh instance per run: a listener object observes one process tree.
-            listeners=[type(listener)() for listener in listeners if listener.scope != "device"],
-            run_name=row.name or f"{self.workload.name}-{row.letter}",
-            parent_run_id=self.parent.run_id,
-            window_s=self.options.window_s,
+            [type(listener)() for listener in listeners if listener.scope != "device"],
             interval_s=self.options.interval_s,
             devices=slot.devices,
             listener_options=self.options.listener_options,

@@ -33,7 +33,7 @@ from radt.words import count
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0
-Record = Callable[[str, str, str], None]
+StatusHook = Callable[[str, str, str], None]
 """A study's hook: (workload name, status, run id or ``slurm:<job>``) as each one moves on."""
 
 
@@ -102,7 +102,7 @@ class Dispatch:
         *,
         parent_run_id: str | None = None,
         tags: dict[str, str] | None = None,
-        record: Record | None = None,
+        record: StatusHook | None = None,
     ) -> None:
         self.plan_path = Path(plan_path).resolve()
         self.slurm = slurm
@@ -432,7 +432,7 @@ def run_on_slurm(
     *,
     parent_run_id: str | None = None,
     tags: dict[str, str] | None = None,
-    record: Record | None = None,
+    record: StatusHook | None = None,
 ) -> int:
     """Record what ended, submit what ``select`` picks that is not already in Slurm, and
     (unless detached) wait for every job; return 0 when all finished, 1 if not, 130 on Ctrl-C."""

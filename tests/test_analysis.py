@@ -1,7 +1,7 @@
 """radt.load, radt.summary and the export CLI on real SQLite MLflow stores.
 
 Synthetic runs are built directly with MlflowClient, their samples written as
-``radt/samples.parquet`` through radt.spool.tidy, exactly as radT leaves them,
+``radt/samples.parquet`` through radt.record.compact, exactly as radT leaves them,
 so every expected figure can be computed by hand.
 """
 
@@ -15,7 +15,6 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
@@ -25,7 +24,8 @@ from radt.analysis.figures import integrate_power, summarize_samples
 from radt.analysis.load import TIDY_COLUMNS, describe_key, load, load_wide
 from radt.analysis.summary import baseline_spread_flagged, baseline_spread_pct, summary
 from radt.errors import AnalysisError, UsageError
-from radt.record.spool import SCHEMA, tidy
+from radt.record.compact import write_samples
+from radt.record.spool import SCHEMA
 
 T0 = 1_700_000_000.0
 """Start of the synthetic runs (epoch seconds)."""
@@ -103,7 +103,7 @@ def make_run(
         ).cast(SCHEMA)
         folder = tmp_path / "artifacts" / run_id
         folder.mkdir(parents=True)
-        pq.write_table(tidy(table), folder / "samples.parquet", compression="zstd")
+        write_samples(table, folder / "samples.parquet")
         client.log_artifact(run_id, str(folder / "samples.parquet"), "radt")
     elif points:
         metrics = [

@@ -74,20 +74,14 @@ TIDY_COLUMNS = (*SAMPLE_COLUMNS, *TAG_COLUMNS)
 
 @cache
 def _arrow() -> SimpleNamespace:
-    """The Arrow types and schemas of samples (built on first use)."""
+    """The Arrow types and schemas of samples (built on first use): a samples artifact's, and
+    the tidy frame's with the run's columns."""
     import pyarrow as pa
 
-    text = pa.dictionary(pa.int32(), pa.string())
-    stamp = pa.timestamp("us", tz="UTC")
-    samples = pa.schema(
-        [
-            ("timestamp", stamp),
-            ("key", text),
-            ("value", pa.float64()),
-            ("listener", text),
-            ("entity", text),
-        ]
-    )
+    from radt.record.compact import ARTIFACT_SCHEMA as samples
+    from radt.record.compact import STAMP as stamp
+    from radt.record.compact import TEXT as text
+
     tidy = pa.schema(
         [
             ("run_id", text),
@@ -371,9 +365,8 @@ def read_samples(
 ) -> pa.Table:
     """The samples of one ``samples.parquet`` file whose key ``keys`` accepts, within [lo, hi].
 
-    A key-sorted artifact is read through its key index: only the row groups
-    holding the keys and times asked for (:mod:`radt.analysis.artifact`). An
-    artifact of the older, time-sorted layout is read whole and filtered.
+    The artifact is read through its key index: only the row groups holding the
+    keys and times asked for (:mod:`radt.analysis.artifact`).
     """
     from radt.analysis.artifact import Artifact
 
@@ -656,7 +649,7 @@ def check_fits(plans: Sequence[_Plan], keys: KeyFilter) -> None:
     if need <= limit:
         return
     _, biggest, names = max(counts)
-    example = next((k for k in names or [] if k.endswith("power_w")), (names or ["KEY"])[0])
+    example = next((k for k in names if k.endswith("power_w")), (names or ["KEY"])[0])
     held = f"run {biggest} holds {len(names)} keys, e.g. {example!r}; " if names else ""
     raise AnalysisError(
         f"loading {rows:,} samples needs about {_gib(need)} of memory, more than the "

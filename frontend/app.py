@@ -15,7 +15,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 from radt.frontend.data import DataError, Store
 from radt.frontend.pages import compare, runs, timeseries
-from radt.frontend.style import CSS
+from radt.frontend.style import CSS, choice
 
 PAGES = {
     "/": ("Runs", runs.layout),
@@ -71,16 +71,7 @@ def _shell(store: Store) -> html.Div:
                 children=[
                     html.Span(id="selection-text"),
                     html.Span("Export", style={"marginLeft": "auto", "color": "#555"}),
-                    dcc.RadioItems(
-                        id="export-format",
-                        options=[
-                            {"label": "CSV", "value": "csv"},
-                            {"label": "Parquet", "value": "parquet"},
-                        ],
-                        value="csv",
-                        inline=True,
-                        inputStyle={"marginRight": "3px", "marginLeft": "8px"},
-                    ),
+                    choice("export-format", {"csv": "CSV", "parquet": "Parquet"}, "csv"),
                     html.Button("samples", id="export-samples", n_clicks=0),
                     html.Button("summary", id="export-summary", n_clicks=0),
                 ],

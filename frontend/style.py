@@ -1,8 +1,10 @@
-"""Colours, the empty-figure note and the page's CSS, shared by the figures and pages."""
+"""Colours, the empty-figure note, the one-of-a-few choice and the page's CSS, shared by the
+charts and pages."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
+from dash import dcc
 
 PALETTE = (
     "#1f77b4",
@@ -22,6 +24,17 @@ MODES = ("none", "naive", "mps", "mig")
 """Collocation modes in the order the compare charts list them."""
 
 MODE_COLOURS = {"none": "#7f7f7f", "naive": "#ff7f0e", "mps": "#2ca02c", "mig": "#1f77b4"}
+
+
+def choice(id_: str, options: dict[str, str], value: str) -> dcc.RadioItems:
+    """Inline radio buttons with id ``id_``: ``options`` maps each value to its label."""
+    return dcc.RadioItems(
+        id=id_,
+        options=[{"label": label, "value": key} for key, label in options.items()],
+        value=value,
+        inline=True,
+        inputStyle={"marginRight": "4px", "marginLeft": "10px"},
+    )
 
 
 def mode_colour(mode: str | None) -> str:

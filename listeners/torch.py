@@ -44,14 +44,16 @@ import contextlib
 import csv
 import importlib.util
 import json
+import logging
 import os
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from radt.listener import Listener, Option, RunContext, samples_from
+
+log = logging.getLogger(__name__)
 
 ARTIFACT_DIR = "radt/torch"
 TRACE = "trace.json.gz"
@@ -269,7 +271,7 @@ class StepProfiler:
             (self.folder / TOTALS).write_text(
                 json.dumps({"pid": os.getpid(), "steps": 0, "problem": reason})
             )
-        print(f"radt: torch profiler: {reason}", file=sys.stderr, flush=True)
+        log.warning(f"torch profiler: {reason}")
 
 
 def operator_rows(

@@ -1,5 +1,7 @@
 """radT: experiment tracking for deep-learning training on shared GPUs, on MLflow."""
 
+import logging
+
 from radt import run
 from radt.analysis.figures import summarize_samples
 from radt.analysis.frontier import frontier
@@ -11,6 +13,8 @@ from radt.run import log_metric, log_metrics
 from radt.run_api import Run, log_epoch, log_examples, phase, start_window, step
 
 __version__ = "0.3.0.dev0"
+
+logging.getLogger("radt").addHandler(logging.NullHandler())  # a notebook gets no lines
 
 __all__ = [
     "Listener",

@@ -7,14 +7,13 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from radt.console import guard_std_streams
+from radt.console import guard_std_streams, install_lines
 from radt.errors import RadtError, UsageError
 from radt.plans.model import MODES
 
 if TYPE_CHECKING:
     from radt.launch.job import JobInputs
 
-SUBCOMMANDS = ("sync", "listeners", "export", "runs", "ui")
 MIN_WINDOW_S = 0.001
 PLAN_SUFFIXES = (".csv", ".yaml", ".yml")
 ORIGINAL_ONLY = ((("-w", "--workload"), "N"), (("-c", "--collocation"), "METHOD"))
@@ -606,34 +605,39 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``radt`` console script."""
     argv = sys.argv[1:] if argv is None else argv
     guard_std_streams()
+    install_lines()
     try:
-        if argv and argv[0] == "sync":
-            return run_sync(argv[1:])
-        if argv and argv[0] == "listeners":
-            return run_listeners(argv[1:])
-        if argv and argv[0] == "doctor":
-            from radt.doctor import run_doctor
-
-            return run_doctor(argv[1:])
-        if argv and argv[0] == "export":
-            from radt.analysis.export import run_export
-
-            return run_export(argv[1:])
-        if argv and argv[0] == "runs":
-            from radt.analysis.export import run_runs
-
-            return run_runs(argv[1:])
-        if argv and argv[0] == "ui":
-            from radt.frontend.serve import run_ui
-
-            return run_ui(argv[1:])
-        return run_launcher(argv)
+        return _command(argv)
     except RadtError as exc:
         print(f"radt: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("radt: interrupted", file=sys.stderr)
         return 130
+
+
+def _command(argv: list[str]) -> int:
+    if argv and argv[0] == "sync":
+        return run_sync(argv[1:])
+    if argv and argv[0] == "listeners":
+        return run_listeners(argv[1:])
+    if argv and argv[0] == "doctor":
+        from radt.doctor import run_doctor
+
+        return run_doctor(argv[1:])
+    if argv and argv[0] == "export":
+        from radt.analysis.export import run_export
+
+        return run_export(argv[1:])
+    if argv and argv[0] == "runs":
+        from radt.analysis.export import run_runs
+
+        return run_runs(argv[1:])
+    if argv and argv[0] == "ui":
+        from radt.frontend.serve import run_ui
+
+        return run_ui(argv[1:])
+    return run_launcher(argv)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""radT's own stdout and stderr, made safe against a terminal or pipe that goes away.
+"""radT's own stdout and stderr: made safe against a terminal or pipe that goes away, and
+where the library's log records become radT's one-line messages.
 
 A closed terminal (EIO), a reader that exits (EPIPE) or a closed stream must never stop radT
 or the training it records: once a write fails, that stream's descriptor is pointed at
@@ -9,6 +10,7 @@ flush at exit) succeeds silently, and the run ends as it would have with a termi
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from typing import TextIO
@@ -63,3 +65,31 @@ def guard_std_streams() -> None:
         except (OSError, ValueError, AttributeError):
             continue  # not a file (a test's capture): nothing can go away under it
         setattr(sys, name, _Resilient(stream))
+
+
+class _Lines(logging.Handler):
+    """Writes each record as one ``radt: ...`` line on the ``sys.stderr`` of the moment."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(f"radt: {self.format(record)}\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+_LINES = _Lines(logging.INFO)
+
+
+def install_lines() -> None:
+    """Print radT's log records (``radt.*`` loggers, INFO and above) as radT's lines on stderr.
+
+    For the processes radT runs (the command line, a script under radT): the records go to
+    these lines only, not also to handlers the script gives the root logger. Without this call
+    (a notebook) the library prints nothing.
+    """
+    logger = logging.getLogger("radt")
+    if _LINES not in logger.handlers:
+        logger.addHandler(_LINES)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False

@@ -13,3 +13,8 @@ class UsageError(RadtError):
 
 class TrackingUnreachable(RadtError):
     """The tracking server does not answer."""
+
+
+class AnalysisError(RadtError):
+    """A question the analysis cannot answer (no such experiment or run, no store, too many
+    samples to load, a bad argument); a notebook gets it as it is, the command line as one line."""

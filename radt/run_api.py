@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import collections
 import functools
+import logging
 import os
 import socket
 import sys
@@ -38,6 +39,10 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from radt.console import install_lines
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -91,6 +96,7 @@ class _Channel:
             if self.decided:
                 return self.on
             self.decided = True
+            install_lines()  # this process's lines from radT (the notice, the epoch limit)
             name = os.environ.get("RADT_EVENTS", "")
             steps = os.environ.get("RADT_MAX_STEPS", "")
             self.max_steps = int(steps) if steps.isdigit() else 0
@@ -108,10 +114,9 @@ class _Channel:
                     return True
         if not self.noticed:
             self.noticed = True
-            print(
-                "radt: not running under radT; radt.log_examples/log_epoch/start_window/phase "
-                "record nothing (run the script as `radt script.py` to record them)",
-                file=sys.stderr,
+            log.warning(
+                "not running under radT; radt.log_examples/log_epoch/start_window/phase "
+                "record nothing (run the script as `radt script.py` to record them)"
             )
         return False
 
@@ -239,11 +244,8 @@ def log_examples(n: int) -> None:
         if profiler is not None:
             profiler.step(explicit=False)
     if done:
-        print(
-            f"radt: RADT_MAX_STEPS={channel.max_steps} steps done (a batch-size probe); "
-            "ending the run",
-            file=sys.stderr,
-            flush=True,
+        log.info(
+            f"RADT_MAX_STEPS={channel.max_steps} steps done (a batch-size probe); ending the run"
         )
         sys.exit(0)
 
@@ -271,7 +273,7 @@ def log_epoch(epoch: int) -> None:
         return
     limit = os.environ.get("RADT_MAX_EPOCHS")
     if limit and int(epoch) + 1 >= int(limit):
-        print(f"radt: --max-epochs {limit} reached; ending the run", file=sys.stderr, flush=True)
+        log.info(f"--max-epochs {limit} reached; ending the run")
         sys.exit(0)
 
 
@@ -317,7 +319,7 @@ def _start_profiler() -> None:
 
         _profiler = StepProfiler.from_environment(os.environ)
     except Exception as exc:  # the training goes on without a profile
-        print(f"radt: the torch listener cannot profile this process: {exc}", file=sys.stderr)
+        log.warning(f"the torch listener cannot profile this process: {exc}")
         _profiler = None
 
 

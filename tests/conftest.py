@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -231,6 +232,19 @@ class Recorded:
     def key_set(self) -> set[str]:
         with self._lock:
             return {s.key for s in self.samples}
+
+
+@pytest.fixture
+def radt_lines():
+    """radT's log records printed as the command line prints them ("radt: ..." on stderr),
+    for a test that calls the library in this process; the logging set-up is restored after."""
+    from radt.console import install_lines
+
+    logger = logging.getLogger("radt")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    install_lines()
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """radt.load, radt.summary and the export CLI on real SQLite MLflow stores.
 
 Synthetic runs are built directly with MlflowClient, their samples written as
-``radt/samples.parquet`` through radt.spool.tidy, exactly as radT leaves them,
+``radt/samples.parquet`` through radt.record.compact, exactly as radT leaves them,
 so every expected figure can be computed by hand.
 """
 
@@ -15,7 +15,6 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
@@ -24,8 +23,9 @@ from radt.analysis.export import run_export, run_runs
 from radt.analysis.figures import integrate_power, summarize_samples
 from radt.analysis.load import TIDY_COLUMNS, describe_key, load, load_wide
 from radt.analysis.summary import baseline_spread_flagged, baseline_spread_pct, summary
-from radt.errors import UsageError
-from radt.record.spool import SCHEMA, tidy
+from radt.errors import AnalysisError, UsageError
+from radt.record.compact import write_samples
+from radt.record.spool import SCHEMA
 
 T0 = 1_700_000_000.0
 """Start of the synthetic runs (epoch seconds)."""
@@ -103,7 +103,7 @@ def make_run(
         ).cast(SCHEMA)
         folder = tmp_path / "artifacts" / run_id
         folder.mkdir(parents=True)
-        pq.write_table(tidy(table), folder / "samples.parquet", compression="zstd")
+        write_samples(table, folder / "samples.parquet")
         client.log_artifact(run_id, str(folder / "samples.parquet"), "radt")
     elif points:
         metrics = [
@@ -546,22 +546,22 @@ def test_the_artifact_is_downloaded_once(store, tmp_path, monkeypatch):
 
 def test_unknown_experiment_and_run(store, tmp_path):
     client, uri = store
-    with pytest.raises(UsageError, match=r"no experiment named 'nope'.*radt runs"):
+    with pytest.raises(AnalysisError, match=r"no experiment named 'nope'.*radt runs"):
         load("nope", tracking_uri=uri)
-    with pytest.raises(UsageError, match="no experiment named 'nope'"):
+    with pytest.raises(AnalysisError, match="no experiment named 'nope'"):
         run_export(["-e", "nope", "--tracking-uri", uri, "-o", str(tmp_path / "x.csv")])
-    with pytest.raises(UsageError, match="no experiment named 'nope'"):
+    with pytest.raises(AnalysisError, match="no experiment named 'nope'"):
         run_runs(["-e", "nope", "--tracking-uri", uri])
-    with pytest.raises(UsageError, match="no run with id 'f00'"):
+    with pytest.raises(AnalysisError, match="no run with id 'f00'"):
         summary(runs=["f00"], tracking_uri=uri)
-    with pytest.raises(UsageError, match="name an experiment"):
+    with pytest.raises(AnalysisError, match="name an experiment"):
         load(tracking_uri=uri)
 
 
 def test_no_store_is_an_error_not_an_empty_database(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    with pytest.raises(UsageError, match="no tracking store"):
+    with pytest.raises(AnalysisError, match="no tracking store"):
         load("study")
     assert not (tmp_path / "mlflow.db").exists()
 

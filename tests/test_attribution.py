@@ -40,7 +40,7 @@ from radt.analysis.attribution import (
 from radt.analysis.export import run_runs, runs_table
 from radt.analysis.summary import COLUMNS, repeats, summary
 from radt.analysis.windows import counter_energy_between, power_energy_between
-from radt.launch.session import RecordedRun
+from radt.launch.session import RecordedRun, start_run
 from radt.listener import Sample
 
 # --------------------------------------------------------------------------- pure: energy in pieces
@@ -256,14 +256,17 @@ class Study:
 
     def run(self, name, samples, tags, parent=None):
         run = RecordedRun(
-            self.client,
-            self.uri,
-            self.exp,
-            tags=tags,
-            params={},
-            listeners=[],
-            run_name=name,
-            parent_run_id=parent.run_id if parent else None,
+            start_run(
+                self.client,
+                self.uri,
+                self.exp,
+                tags=tags,
+                params={},
+                run_name=name,
+                parent_run_id=parent.run_id if parent else None,
+                warn=self.warnings.append,
+            ),
+            [],
             warn=self.warnings.append,
         )
         run.recorder.emit([Sample(self.base + t, k, v) for t, k, v in samples])
@@ -489,7 +492,7 @@ def test_repeats_carry_the_estimates_and_their_method(study):
 
 
 def test_the_ui_shows_host_energy_and_the_estimates_labelled(study):
-    from radt.frontend.figures import client_energy_figure, efficiency_figure
+    from radt.frontend.charts import client_energy_figure, efficiency_figure
     from radt.frontend.pages.runs import grid_rows
 
     _, _, ids, frame = study

@@ -131,7 +131,7 @@ def found_listeners() -> dict:
     }
 
 
-def test_the_original_listener_names_select_the_same_listeners(capsys):
+def test_the_original_listener_names_select_the_same_listeners(capsys, radt_lines):
     from radt.launch import registry
 
     registry.ALIASES_TOLD.clear()

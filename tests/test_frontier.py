@@ -161,7 +161,7 @@ def test_ties_are_both_on_the_frontier_and_empty_frames_give_empty_tables():
 
 
 def test_frontier_figure_draws_the_line_fades_dominated_points_and_labels_the_optima():
-    from radt.frontend.figures import frontier_figure
+    from radt.frontend.charts import frontier_figure
 
     result = table([r for r in ROWS if r["job"] == "A"])
     figure = frontier_figure(result)

@@ -23,14 +23,14 @@ from mlflow.tracking import MlflowClient
 
 from radt.analysis.artifact import Artifact
 from radt.analysis.load import TIDY_COLUMNS, KeyFilter, load, load_wide, read_samples
-from radt.errors import UsageError
+from radt.errors import AnalysisError
 from radt.listener import Sample, SampleBatch
 from radt.record import finalize
 from radt.record.compact import INDEX_KEY, LAYOUT, LAYOUT_KEY, compact, write_samples
 from radt.record.decimate import Decimator
 from radt.record.recorder import Recorder
 from radt.record.runfolder import RunFolder, RunState
-from radt.record.spool import CHUNK_GLOB, SCHEMA, SpoolWriter, iter_spool, read_spool, tidy
+from radt.record.spool import CHUNK_GLOB, SCHEMA, SpoolWriter, iter_spool, read_spool
 
 T0_US = 1_700_000_000_000_000
 KEYS = [
@@ -160,15 +160,12 @@ def test_an_empty_spool_gives_an_empty_artifact_that_loads(tmp_path):
 # --------------------------------------------------------------------------- reading
 
 
-@pytest.fixture(params=["key-sorted", "time-sorted (older radT)"])
-def artifact(request, tmp_path):
-    """The same samples as an artifact of either layout; returns (path, all samples)."""
+@pytest.fixture
+def artifact(tmp_path):
+    """Samples as an artifact in small row groups; returns (path, all samples)."""
     table = spool_table(30_000, seed=4)
     path = tmp_path / "samples.parquet"
-    if request.param == "key-sorted":
-        write_samples(table, path, row_group_rows=1024)
-    else:
-        pq.write_table(tidy(table), path, compression="zstd")
+    write_samples(table, path, row_group_rows=1024)
     return path, table
 
 
@@ -255,62 +252,48 @@ def test_one_key_reads_only_its_row_groups(tmp_path, monkeypatch):
     assert set(groups_read) <= set(range(first_group, last_group + 1))
 
 
-def test_load_gives_the_same_frame_from_either_layout(tmp_path, template_db, monkeypatch):
+def test_load_wide_averages_what_load_gives_into_time_bins(tmp_path, template_db, monkeypatch):
     db = tmp_path / "mlflow.db"
     shutil.copy(template_db, db)
     monkeypatch.setenv("RADT_HOME", str(tmp_path / "home"))
     uri = f"sqlite:///{db}"
     client = MlflowClient(uri)
-    exp = client.create_experiment("layouts")
-    table = spool_table(20_000, seed=6)
-    ids = {}
-    for layout in ("new", "old"):
-        run = client.create_run(exp, start_time=T0_US // 1000, run_name=layout)
-        folder = tmp_path / layout
-        folder.mkdir()
-        if layout == "new":
-            write_samples(table, folder / "samples.parquet")
-        else:
-            pq.write_table(tidy(table), folder / "samples.parquet", compression="zstd")
-        client.log_artifact(run.info.run_id, str(folder / "samples.parquet"), "radt")
-        client.set_terminated(run.info.run_id, "FINISHED", end_time=T0_US // 1000 + 400_000)
-        ids[layout] = run.info.run_id
+    exp = client.create_experiment("bins")
+    run = client.create_run(exp, start_time=T0_US // 1000, run_name="one")
+    write_samples(spool_table(20_000, seed=6), tmp_path / "samples.parquet")
+    client.log_artifact(run.info.run_id, str(tmp_path / "samples.parquet"), "radt")
+    client.set_terminated(run.info.run_id, "FINISHED", end_time=T0_US // 1000 + 400_000)
     for keys, start, end in [
         (None, None, None),
         (["nvml/*"], 10.0, 20.5),
         ("dcgm/gpu0/util_pct", None, 3),
     ]:
-        frames = [
-            load(runs=[ids[layout]], keys=keys, start=start, end=end, tracking_uri=uri)
-            .drop(columns=["run_id", "run_name"])
-            .reset_index(drop=True)
-            for layout in ("new", "old")
-        ]
-        assert len(frames[0]) > 0
-        assert list(frames[0].columns) == [
-            c for c in TIDY_COLUMNS if c not in ("run_id", "run_name")
-        ]
-        for column in ("key", "listener", "entity"):
-            frames[0][column] = frames[0][column].astype(str)
-            frames[1][column] = frames[1][column].astype(str)
-        pd.testing.assert_frame_equal(frames[0], frames[1])
-        assert frames[0]["timestamp"].is_monotonic_increasing
-    wide = [
-        load_wide(runs=[ids[layout]], keys=["nvml/*"], freq="10s", tracking_uri=uri).reset_index(
-            level="run_id", drop=True
-        )
-        for layout in ("new", "old")
-    ]
-    pd.testing.assert_frame_equal(wide[0], wide[1])
-    # and load_wide agrees with averaging load()'s frame by hand
-    tidy_frame = load(runs=[ids["new"]], keys=["nvml/*"], tracking_uri=uri)
+        frame = load(runs=[run.info.run_id], keys=keys, start=start, end=end, tracking_uri=uri)
+        assert len(frame) > 0
+        assert list(frame.columns) == list(TIDY_COLUMNS)
+        assert frame["timestamp"].is_monotonic_increasing
+    wide = load_wide(
+        runs=[run.info.run_id], keys=["nvml/*"], freq="10s", tracking_uri=uri
+    ).reset_index(level="run_id", drop=True)
+    tidy_frame = load(runs=[run.info.run_id], keys=["nvml/*"], tracking_uri=uri)
     offsets = tidy_frame["timestamp"] - pd.Timestamp(T0_US // 1000, unit="ms", tz="UTC")
     tidy_frame["elapsed_s"] = (offsets // pd.Timedelta("10s")) * 10.0
     by_hand = tidy_frame.pivot_table(
         index="elapsed_s", columns="key", values="value", aggfunc="mean", observed=True
     )
     for key in by_hand.columns:
-        np.testing.assert_allclose(wide[0][str(key)].to_numpy(), by_hand[key].to_numpy())
+        np.testing.assert_allclose(wide[str(key)].to_numpy(), by_hand[key].to_numpy())
+
+
+def test_an_artifact_without_a_key_index_is_one_line_saying_to_record_again(tmp_path):
+    path = tmp_path / "samples.parquet"
+    samples = spool_table(100, seed=1)
+    text = pa.array(["nvml"] * 100, pa.string()).dictionary_encode()
+    old = samples.append_column("listener", text).append_column("entity", text)
+    pq.write_table(old, path)  # time-sorted, as radT 0.3.0.dev wrote it: no key index
+    with pytest.raises(AnalysisError, match="no key index") as refused:
+        read_samples(path, KeyFilter(None))
+    assert "\n" not in str(refused.value) and "record the run again" in str(refused.value)
 
 
 def test_a_load_larger_than_memory_says_how_to_ask_for_less(tmp_path, template_db, monkeypatch):
@@ -324,7 +307,7 @@ def test_a_load_larger_than_memory_says_how_to_ask_for_less(tmp_path, template_d
     client.log_artifact(run.info.run_id, str(tmp_path / "samples.parquet"), "radt")
     client.set_terminated(run.info.run_id, "FINISHED")
     monkeypatch.setenv("RADT_LOAD_LIMIT_MIB", "1")  # 50,000 samples need about 3 MiB
-    with pytest.raises(UsageError) as refused:
+    with pytest.raises(AnalysisError) as refused:
         load("big", tracking_uri=uri)
     message = str(refused.value)
     assert "\n" not in message and "50,000 samples" in message
@@ -332,7 +315,7 @@ def test_a_load_larger_than_memory_says_how_to_ask_for_less(tmp_path, template_d
         assert advice in message
     # asking for less works under the same limit
     assert len(load("big", keys=["nvml/gpu0/power_w"], tracking_uri=uri)) > 0
-    with pytest.raises(UsageError, match="freq="):
+    with pytest.raises(AnalysisError, match="freq="):
         load_wide("big", freq="1us", tracking_uri=uri)
     assert len(load_wide("big", freq="10s", tracking_uri=uri)) > 0
 

@@ -325,6 +325,12 @@ def test_loader_dimension_runs_each_configuration_with_own_loaders_and_one_share
         ("file: job.py\nloader: [own, borrowed]\n", r"line 2: loader\[1\]: 'borrowed' is not own"),
         ("file: job.py\nloader: [own, shared]\n", r"line 2: loader: shared needs loader_file"),
         ("file: job.py\nloader: []\n", r"line 2: loader: the list is empty"),
+        ("file: job.py\nloader: [own, OWN]\n", r"line 2: loader\[1\]: own is listed twice$"),
+        ("file: job.py\ncollocation: [none, none]\n", r"collocation\[1\]: none is listed twice$"),
+        ("file: job.py\ngpu_clock: [1410, fast]\n", r"gpu_clock\[1\]: .*'fast'.*, or default$"),
+        ("file: job.py\ngpu_clock: [default, default]\n", r"gpu_clock\[1\]: default is listed"),
+        ("file: job.py\ngpu_clock: [1410, 1410 MHz]\n", r"gpu_clock\[1\]: 1410 MHz is listed"),
+        ("file: job.py\npower_limit: [250, 250 W]\n", r"power_limit\[1\]: 250 W is listed twice$"),
         ("file: job.py\nloader_file: job.py\n", r"line 2: loader_file: is only run with loader"),
         (
             "file: job.py\nloader: shared\nloader_file: nope.py\n",

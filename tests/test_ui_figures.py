@@ -10,9 +10,7 @@ import numpy as np
 import pandas as pd
 import plotly.io as pio
 import pytest
-from radt.frontend.data import metric_keys
-from radt.frontend.downsample import minmax_lttb, reduce, window
-from radt.frontend.figures import (
+from radt.frontend.charts import (
     PLOT_PX,
     basis_note,
     client_energy_figure,
@@ -28,6 +26,8 @@ from radt.frontend.figures import (
     throughput_energy_figure,
     utilisation_figure,
 )
+from radt.frontend.data import metric_keys
+from radt.frontend.downsample import minmax_lttb, reduce, window
 from radt.frontend.pages.compare import CHARTS
 from radt.frontend.pages.runs import COLUMNS as GRID_COLUMNS
 from radt.frontend.pages.runs import CROSSCHECK_STYLE, grid_rows

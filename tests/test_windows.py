@@ -51,7 +51,7 @@ from radt.analysis.windows import (
     value_at,
 )
 from radt.errors import UsageError
-from radt.launch.session import RecordedRun
+from radt.launch.session import RecordedRun, start_run
 from radt.listener import Sample
 
 # --------------------------------------------------------------------------- pure: interpolation
@@ -339,14 +339,17 @@ class Study:
 
     def run(self, name, samples, command_s, tags, parent=None, status="FINISHED"):
         run = RecordedRun(
-            self.client,
-            self.uri,
-            self.exp,
-            tags=tags,
-            params={},
-            listeners=[],
-            run_name=name,
-            parent_run_id=parent.run_id if parent else None,
+            start_run(
+                self.client,
+                self.uri,
+                self.exp,
+                tags=tags,
+                params={},
+                run_name=name,
+                parent_run_id=parent.run_id if parent else None,
+                warn=self.warnings.append,
+            ),
+            [],
             warn=self.warnings.append,
         )
         run.recorder.emit([Sample(self.base + t, k, v) for t, k, v in samples])

@@ -4,8 +4,7 @@ and CPU per example with own loaders against one shared loader."""
 from __future__ import annotations
 
 from dash import Dash, Input, Output, dcc, html
-from radt.frontend.data import DataError, Store
-from radt.frontend.figures import (
+from radt.frontend.charts import (
     PROVIDERS,
     basis_note,
     client_energy_figure,
@@ -18,7 +17,8 @@ from radt.frontend.figures import (
     throughput_energy_figure,
     utilisation_figure,
 )
-from radt.frontend.style import empty_figure
+from radt.frontend.data import DataError, Store
+from radt.frontend.style import choice, empty_figure
 
 from radt.analysis.frontier import frontier_table
 from radt.words import count
@@ -57,12 +57,7 @@ def layout() -> html.Div:
                 className="radt-controls",
                 children=[
                     html.Span("Frontier:", className="radt-note"),
-                    dcc.RadioItems(
-                        id="cmp-frontier-view",
-                        options=[{"label": text, "value": key} for key, text in VIEWS.items()],
-                        value="absolute",
-                        inline=True,
-                    ),
+                    choice("cmp-frontier-view", VIEWS, "absolute"),
                 ],
             ),
             _graph(CHARTS[4]),

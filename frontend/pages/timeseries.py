@@ -23,7 +23,7 @@ from radt.frontend.series import (
     relayout_window,
     timeseries_figure,
 )
-from radt.frontend.style import empty_figure
+from radt.frontend.style import choice, empty_figure
 
 from radt.words import count
 
@@ -49,15 +49,10 @@ def layout() -> html.Div:
                         maxHeight=KEYS_LIST_PX,
                         style={"minWidth": "480px", "flex": "1"},
                     ),
-                    dcc.RadioItems(
-                        id="ts-time",
-                        options=[
-                            {"label": "time since each run started", "value": "relative"},
-                            {"label": "wall time (UTC)", "value": "wall"},
-                        ],
-                        value="relative",
-                        inline=True,
-                        inputStyle={"marginRight": "4px", "marginLeft": "10px"},
+                    choice(
+                        "ts-time",
+                        {"relative": "time since each run started", "wall": "wall time (UTC)"},
+                        "relative",
                     ),
                 ],
             ),

@@ -4,12 +4,8 @@ An artifact of the key-sorted layout (:mod:`radt.record.compact`) carries a
 key index: the rows of the keys asked for are found there, the row groups
 that hold them are read (those where the key's times, which the index gives
 per row group, lie outside the time window are skipped), and the rows are cut
-exactly, by key and by a binary search on time. An artifact of the older,
-time-sorted layout has no index: it is read whole and filtered (its keys on
-each chunk's dictionary), as before.
-
-Either way the result holds exactly the rows a full read and filter would,
-with the text columns as Arrow dictionaries.
+exactly, by key and by a binary search on time. The result holds exactly the
+rows a full read and filter would, with the text columns as Arrow dictionaries.
 """
 
 from __future__ import annotations
@@ -24,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from radt.errors import AnalysisError
 from radt.record.compact import INDEX_KEY, LAYOUT, LAYOUT_KEY, TEXT_COLUMNS
 
 COLUMNS = ("timestamp", "key", "value", "listener", "entity")
@@ -52,20 +49,23 @@ class Artifact:
         self.file = pq.ParquetFile(str(path), read_dictionary=list(TEXT_COLUMNS))
         meta = self.file.metadata
         extra = meta.metadata or {}
-        self.index: list[KeyRows] | None = None
-        """The key index; None for the older, time-sorted layout."""
-        if extra.get(LAYOUT_KEY.encode()) == LAYOUT.encode():
-            self.index = [
-                KeyRows(*entry[:5], tuple(entry[5]))
-                for entry in json.loads(extra[INDEX_KEY.encode()])
-            ]
+        if extra.get(LAYOUT_KEY.encode()) != LAYOUT.encode():
+            raise AnalysisError(
+                f"{path} has no key index (a samples artifact of a development build of radT "
+                "0.3.0, time-sorted); this radT reads only the key-sorted layout: record the "
+                "run again"
+            )
+        self.index = [
+            KeyRows(*entry[:5], tuple(entry[5])) for entry in json.loads(extra[INDEX_KEY.encode()])
+        ]
+        """The key index: where each key's rows are, by key."""
         sizes = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
         self.group_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.num_rows = meta.num_rows
 
-    def keys(self) -> list[str] | None:
-        """The keys the artifact holds, sorted; None when it has no index (older layout)."""
-        return None if self.index is None else [entry.key for entry in self.index]
+    def keys(self) -> list[str]:
+        """The keys the artifact holds, sorted."""
+        return [entry.key for entry in self.index]
 
     def estimate_rows(
         self, wanted: Callable[[str], bool], lo_us: int | None, hi_us: int | None
@@ -73,10 +73,7 @@ class Artifact:
         """About how many rows :meth:`read` would return (exact without a time window).
 
         Within a window a key's samples are taken as evenly spread over its span.
-        An artifact of the older layout counts all its rows.
         """
-        if self.index is None:
-            return self.num_rows
         total = 0.0
         for entry in self._wanted(wanted, lo_us, hi_us):
             span = entry.last_us - entry.first_us
@@ -95,8 +92,7 @@ class Artifact:
     ) -> pa.Table:
         """The rows whose key ``wanted`` accepts, with ``lo_us <= timestamp <= hi_us``.
 
-        ``everything`` says ``wanted`` accepts every key. Key-sorted artifacts give
-        rows by key, then time; older ones in their stored order (time, then key).
+        ``everything`` says ``wanted`` accepts every key. The rows come by key, then time.
         """
         # in pieces: the reader's buffers for decoding stay the size of one piece
         pieces = list(self.pieces(wanted, everything, lo_us, hi_us))
@@ -115,11 +111,6 @@ class Artifact:
     ) -> Iterator[pa.Table]:
         """What :meth:`read` returns, in consecutive pieces of about ``max_rows`` rows
         (None: one piece), reading only the row groups each piece needs."""
-        if self.index is None:
-            table = self._read_unindexed(wanted, everything, lo_us, hi_us)
-            if table.num_rows:
-                yield table
-            return
         if lo_us is None and hi_us is None:
             if everything:
                 ranges = [(0, self.num_rows)] if self.num_rows else []
@@ -205,35 +196,6 @@ class Artifact:
         if not slices:
             return _empty()
         return pa.concat_tables(slices) if len(slices) > 1 else slices[0]
-
-    def _read_unindexed(self, wanted, everything, lo_us, hi_us) -> pa.Table:
-        """The older layout: the ``key`` column first (when not every key is wanted), the
-        keys matched on each chunk's dictionary, then the rows chosen."""
-        mask = None
-        if not everything:
-            table = self.file.read(columns=["key"])
-            pieces = []
-            for chunk in table.column("key").chunks:
-                if not pa.types.is_dictionary(chunk.type):
-                    chunk = chunk.dictionary_encode()
-                keep = [i for i, k in enumerate(chunk.dictionary.to_pylist()) if wanted(k)]
-                pieces.append(pc.is_in(chunk.indices, value_set=pa.array(keep, chunk.indices.type)))
-            mask = pa.chunked_array(pieces, pa.bool_())
-            if not pc.any(mask).as_py():
-                return _empty()
-        table = self.file.read(columns=list(COLUMNS))
-        if mask is not None:
-            table = table.filter(mask)
-        if lo_us is not None or hi_us is not None:
-            micros = pc.cast(table.column("timestamp"), pa.int64())
-            keep = None
-            if lo_us is not None:
-                keep = pc.greater_equal(micros, lo_us)
-            if hi_us is not None:
-                below = pc.less_equal(micros, hi_us)
-                keep = below if keep is None else pc.and_(keep, below)
-            table = table.filter(keep)
-        return table
 
 
 def _within(part: pa.Table, lo_us: int | None, hi_us: int | None) -> pa.Table:

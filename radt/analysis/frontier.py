@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from radt.errors import UsageError
+from radt.errors import AnalysisError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,7 +93,7 @@ def frontier_table(frame: pd.DataFrame, by: str | None = "job") -> pd.DataFrame:
     from radt.analysis.summary import repeats
 
     if by not in ("job", None):
-        raise UsageError(f"by= takes 'job' or None, not {by!r}")
+        raise AnalysisError(f"by= takes 'job' or None, not {by!r}")
     if frame.empty:
         return pd.DataFrame(columns=list(COLUMNS))
     finished = frame[frame["level"].isin(("provider", "run")) & (frame["status"] == "FINISHED")]

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from radt.errors import UsageError
+from radt.errors import AnalysisError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,20 +74,14 @@ TIDY_COLUMNS = (*SAMPLE_COLUMNS, *TAG_COLUMNS)
 
 @cache
 def _arrow() -> SimpleNamespace:
-    """The Arrow types and schemas of samples (built on first use)."""
+    """The Arrow types and schemas of samples (built on first use): a samples artifact's, and
+    the tidy frame's with the run's columns."""
     import pyarrow as pa
 
-    text = pa.dictionary(pa.int32(), pa.string())
-    stamp = pa.timestamp("us", tz="UTC")
-    samples = pa.schema(
-        [
-            ("timestamp", stamp),
-            ("key", text),
-            ("value", pa.float64()),
-            ("listener", text),
-            ("entity", text),
-        ]
-    )
+    from radt.record.compact import ARTIFACT_SCHEMA as samples
+    from radt.record.compact import STAMP as stamp
+    from radt.record.compact import TEXT as text
+
     tidy = pa.schema(
         [
             ("run_id", text),
@@ -113,7 +107,7 @@ UTC) or relative to each run's start (seconds as a number, or a timedelta)."""
 def open_client(tracking_uri: str | None = None):
     """An ``MlflowClient`` for ``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else ./mlflow.db.
 
-    Raises UsageError when no store is named and ./mlflow.db does not exist
+    Raises AnalysisError when no store is named and ./mlflow.db does not exist
     (rather than creating an empty one), TrackingUnreachable when the store
     does not answer.
     """
@@ -121,7 +115,7 @@ def open_client(tracking_uri: str | None = None):
 
     uri, embedded = resolve_tracking_uri(tracking_uri)
     if embedded and not (Path.cwd() / DEFAULT_DB).exists():
-        raise UsageError(
+        raise AnalysisError(
             f"no tracking store: MLFLOW_TRACKING_URI is not set and there is no {DEFAULT_DB} "
             f"in {Path.cwd()}; set it, pass --tracking-uri (tracking_uri=), "
             "or work in the folder where radT ran"
@@ -130,13 +124,13 @@ def open_client(tracking_uri: str | None = None):
 
 
 def find_experiment(client, name_or_id: str):
-    """The experiment named (or numbered) ``name_or_id``; UsageError when there is none."""
+    """The experiment named (or numbered) ``name_or_id``; AnalysisError when there is none."""
     experiment = client.get_experiment_by_name(str(name_or_id))
     if experiment is None and str(name_or_id).isdigit():
         with contextlib.suppress(Exception):
             experiment = client.get_experiment(str(name_or_id))
     if experiment is None or experiment.lifecycle_stage == "deleted":
-        raise UsageError(
+        raise AnalysisError(
             f"no experiment named {name_or_id!r} at {_store_name(client)}; "
             "`radt runs` lists the experiments (as does `mlflow experiments search`)"
         )
@@ -174,7 +168,7 @@ def select_runs(
     series (power, energy) of a workload are recorded in its parent run.
     """
     if experiment is None and runs is None:
-        raise UsageError("name an experiment (experiment=, -e) or runs (runs=, --runs)")
+        raise AnalysisError("name an experiment (experiment=, -e) or runs (runs=, --runs)")
     exp = find_experiment(client, experiment) if experiment is not None else None
     if runs is None:
         return search_all(client, [exp.experiment_id])
@@ -183,7 +177,7 @@ def select_runs(
     if exp is not None:
         outside = [r.info.run_id for r in chosen if r.info.experiment_id != exp.experiment_id]
         if outside:
-            raise UsageError(
+            raise AnalysisError(
                 f"run {outside[0]} is not in experiment {exp.name!r}; "
                 "leave out -e/experiment= or choose runs of that experiment"
             )
@@ -192,7 +186,7 @@ def select_runs(
         for run in list(chosen):
             parent = run.data.tags.get("mlflow.parentRunId")
             if parent and parent not in have and not grouping(run):
-                with contextlib.suppress(UsageError):
+                with contextlib.suppress(AnalysisError):
                     found = _get_run(client, parent)
                     if not grouping(found):  # a study's run is not a workload
                         chosen.append(found)
@@ -216,7 +210,7 @@ def _get_run(client, run_id: str):
     try:
         return client.get_run(run_id)
     except Exception as exc:
-        raise UsageError(
+        raise AnalysisError(
             f"no run with id {run_id!r} at {_store_name(client)} ({_first_line(exc)})"
         ) from exc
 
@@ -371,9 +365,8 @@ def read_samples(
 ) -> pa.Table:
     """The samples of one ``samples.parquet`` file whose key ``keys`` accepts, within [lo, hi].
 
-    A key-sorted artifact is read through its key index: only the row groups
-    holding the keys and times asked for (:mod:`radt.analysis.artifact`). An
-    artifact of the older, time-sorted layout is read whole and filtered.
+    The artifact is read through its key index: only the row groups holding the
+    keys and times asked for (:mod:`radt.analysis.artifact`).
     """
     from radt.analysis.artifact import Artifact
 
@@ -626,7 +619,9 @@ def memory_limit() -> int:
         try:
             return int(float(given) * 2**20)
         except ValueError:
-            raise UsageError(f"{LIMIT_VARIABLE} must be a number of MiB, got {given!r}") from None
+            raise AnalysisError(
+                f"{LIMIT_VARIABLE} must be a number of MiB, got {given!r}"
+            ) from None
     return int(psutil.virtual_memory().available * 0.8)
 
 
@@ -654,9 +649,9 @@ def check_fits(plans: Sequence[_Plan], keys: KeyFilter) -> None:
     if need <= limit:
         return
     _, biggest, names = max(counts)
-    example = next((k for k in names or [] if k.endswith("power_w")), (names or ["KEY"])[0])
+    example = next((k for k in names if k.endswith("power_w")), (names or ["KEY"])[0])
     held = f"run {biggest} holds {len(names)} keys, e.g. {example!r}; " if names else ""
-    raise UsageError(
+    raise AnalysisError(
         f"loading {rows:,} samples needs about {_gib(need)} of memory, more than the "
         f"{_gib(limit)} available ({LIMIT_VARIABLE} sets the limit); ask for less: {held}"
         "fewer keys (keys=[...], patterns such as 'nvml/*/power_w'), a time window "
@@ -794,7 +789,7 @@ def load(
         ``artifact`` (full rate) or MLflow's ``metrics`` (decimated).
 
     Raises:
-        UsageError: unknown experiment or run, no tracking store, or more samples than
+        AnalysisError: unknown experiment or run, no tracking store, or more samples than
             fit in memory (:func:`check_fits`: the message says how to ask for less).
     """
     client = open_client(tracking_uri)
@@ -833,7 +828,7 @@ def load_wide(
 
     The samples are read and averaged a piece at a time (about a million rows),
     so memory holds the bins, not the samples: the way to look at all of a
-    day-long run. UsageError when the table of bins itself would not fit
+    day-long run. AnalysisError when the table of bins itself would not fit
     (:func:`check_wide_fits`: a longer ``freq``, fewer keys or a time window).
     """
     import numpy as np
@@ -841,7 +836,7 @@ def load_wide(
 
     step = pd.Timedelta(freq)
     if step <= pd.Timedelta(0):
-        raise UsageError(f"freq must be a positive duration, got {freq!r}")
+        raise AnalysisError(f"freq must be a positive duration, got {freq!r}")
     client = open_client(tracking_uri)
     selected = select_runs(client, experiment, runs, include_workload)
     wanted = KeyFilter(keys)
@@ -991,7 +986,7 @@ def check_wide_fits(plans: Sequence[_Plan], keys: KeyFilter, step) -> None:
         cells += bins * len(entries)
     need, limit = cells * 8 * 3, memory_limit()
     if need > limit:
-        raise UsageError(
+        raise AnalysisError(
             f"a table with {cells:,} cells of {step} bins needs about {_gib(need)} of memory, "
             f"more than the {_gib(limit)} available ({LIMIT_VARIABLE} sets the limit); ask for "
             "less: a longer freq=, fewer keys (keys=[...]) or a time window (start=, end=)"

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import errno
 import functools
+import logging
 import os
 import signal
 import subprocess
@@ -19,6 +20,8 @@ from typing import BinaryIO
 import psutil
 
 from radt.launch.tree import ProcessTree, describe
+
+log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 
@@ -43,10 +46,6 @@ def _die_with_radt(radt_pid: int, tree: ProcessTree | None = None) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _say(message: str) -> None:
-    print(f"radt: {message}", file=sys.stderr, flush=True)
-
-
 class Child:
     """One command, its own process group, its output copied to the terminal and a log.
 
@@ -61,7 +60,7 @@ class Child:
         log_path: Path,
         prefix: str = "",
         cwd: Path | None = None,
-        warn: Callable[[str], None] = _say,
+        warn: Callable[[str], None] = log.warning,
     ) -> None:
         self.argv = argv
         self.env = env
@@ -236,13 +235,13 @@ class Child:
         """Append ``data`` to the log; after a failed write the log stops (said once)."""
         failure = None
         with self._log_lock:
-            log = self._log
-            if log is None or log.closed or self._log_failed:  # closed: join_output gave up
+            stream = self._log
+            if stream is None or stream.closed or self._log_failed:  # closed: join_output gave up
                 return
             view = memoryview(data)
             try:
                 while view:
-                    written = log.write(view)
+                    written = stream.write(view)
                     if not written:
                         raise OSError(errno.ENOSPC, "nothing written")
                     view = view[written:]

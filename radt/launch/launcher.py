@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import shlex
 import signal
@@ -13,7 +14,7 @@ from radt.launch.child import Child
 from radt.launch.command import params_from_args, resolve_argv, script_args
 from radt.launch.job import JobInputs
 from radt.launch.registry import check_options, select
-from radt.launch.session import RecordedRun, say
+from radt.launch.session import RecordedRun, start_run
 from radt.launch.supervise import Supervisor, ended
 from radt.listener import Listener
 from radt.tracking import (
@@ -27,6 +28,8 @@ from radt.tracking import (
     store_label,
 )
 from radt.words import count
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -68,9 +71,9 @@ def open_store(explicit_uri: str | None):
     client = connect(uri)
     store = f"{store_label(uri)}{' (new)' if new else ''}"
     if embedded:
-        say(f"MLFLOW_TRACKING_URI is not set; using the embedded store {store}")
+        log.info(f"MLFLOW_TRACKING_URI is not set; using the embedded store {store}")
     else:
-        say(f"tracking store {store}")
+        log.info(f"tracking store {store}")
     return client, uri, original_env
 
 
@@ -134,28 +137,30 @@ def launch(options: LaunchOptions) -> int:
     exp_id = experiment_id(client, options.experiment)
     experiment = experiment_label(client, exp_id)
     run = RecordedRun(
-        client,
-        uri,
-        exp_id,
-        tags={
-            **run_tags(options.command, listeners, options.devices),
-            **options.job.tags(),
-            **options.tags,
-        },
-        params=run_params(options.command),
-        listeners=listeners,
-        run_name=options.run_name,
-        window_s=options.window_s,
+        start_run(
+            client,
+            uri,
+            exp_id,
+            tags={
+                **run_tags(options.command, listeners, options.devices),
+                **options.job.tags(),
+                **options.tags,
+            },
+            params=run_params(options.command),
+            run_name=options.run_name,
+            window_s=options.window_s,
+        ),
+        listeners,
         interval_s=options.interval_s,
         devices=options.devices,
         listener_options=options.listener_options,
     )
-    say(f"run {run.info.run_name} ({run.run_id}) in experiment {experiment}")
+    log.info(f"run {run.info.run_name} ({run.run_id}) in experiment {experiment}")
     env = child_env(original_env, uri, run, options.devices, options.max_epochs)
     child = Child(argv, env, run.output_log)
     supervisor = Supervisor(
         [child],
-        say,
+        log.warning,
         options.grace_s,
         options.max_time_min,
         abandon=lambda signum: _leave_to_sync(run, child, signum),
@@ -197,7 +202,7 @@ def _leave_to_sync(run: RecordedRun, child: Child, signum: int) -> None:
     """A second signal while the record is finished: end radT now, the run folder kept."""
     child.signal_group(signal.SIGKILL)  # whatever the command left running
     state = run.state
-    say(
+    log.info(
         f"radT received {signal.Signals(signum).name} again: stopped before the record of run "
         f"{run.run_id} was finished; `radt sync` will finish it ({state.status}, exit code "
         f"{state.exit_code}, kept in {run.folder.path})"
@@ -211,7 +216,7 @@ def _end(run: RecordedRun, child: Child, status: str, exit_code, options: Launch
         child.join_output()
         child.end_line()
     if run.close(status, exit_code, options.send_timeout_s, child.ended_s):
-        say(
+        log.info(
             f"run {run.run_id} {status} (exit code {exit_code}); "
             f"{count(run.recorder.received, 'sample')} recorded"
         )

@@ -7,13 +7,15 @@ its ``dcgmi`` is ``dcgm``, and its ``ps`` (process tree) and ``free``
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 from radt.errors import UsageError
 from radt.listener import Listener, option_problem
+
+log = logging.getLogger(__name__)
 
 GROUP = "radt.listeners"
 ALIASES = {"dcgmi": "dcgm", "ps": "top", "free": "top"}
@@ -89,7 +91,7 @@ def resolve_aliases(names: list[str], found: dict[str, Discovered]) -> list[str]
     used = {n for n in names if n in ALIASES and n not in found}
     if used and not ALIASES_TOLD:
         ALIASES_TOLD.update(ALIASES)
-        print(f"radt: {ALIASES_NOTE}", file=sys.stderr)
+        log.info(ALIASES_NOTE)
     return list(dict.fromkeys(ALIASES[n] if n in used else n for n in names))
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from radt.errors import RadtError
 from radt.launch import environment
@@ -27,10 +28,7 @@ from radt.record.writer import BatchWriter
 from radt.slurm.jobenv import job_tags
 from radt.tracking import reason, store_error
 
-
-def say(message: str) -> None:
-    """Print one line from radT on stderr."""
-    print(f"radt: {message}", file=sys.stderr, flush=True)
+log = logging.getLogger(__name__)
 
 
 def _abandon(client, run_id: str, exc: BaseException) -> None:
@@ -40,87 +38,116 @@ def _abandon(client, run_id: str, exc: BaseException) -> None:
         client.set_terminated(run_id, "FAILED")
 
 
+@dataclass
+class RunParts:
+    """What a recorded run is made of: its MLflow run, run folder, recorder and run-API channel."""
+
+    client: Any
+    info: Any
+    """The MLflow run's ``RunInfo``."""
+    state: RunState
+    folder: RunFolder
+    recorder: Recorder
+    """Started: it takes samples from now on."""
+    events: EventReceiver | None
+    """The run-API channel of the run's command, bound before it starts; None without one."""
+
+
+def start_run(
+    client,
+    tracking_uri: str,
+    experiment_id: str,
+    *,
+    tags: dict[str, str],
+    params: dict[str, str],
+    run_name: str | None = None,
+    parent_run_id: str | None = None,
+    window_s: float = 1.0,
+    warn: Callable[[str], None] = log.warning,
+    run_api: bool = True,
+) -> RunParts:
+    """Create the MLflow run (with ``tags`` and ``params``), its run folder, its recorder
+    (started) and, with ``run_api``, its run-API channel; a run that cannot be set up is
+    ended FAILED with the reason, and the error says what to do."""
+    from mlflow.entities import Param
+
+    tags = {**job_tags(), **tags}
+    if parent_run_id:
+        tags = {**tags, "mlflow.parentRunId": parent_run_id}
+    check_runs_root()
+    try:
+        run = client.create_run(experiment_id, tags=tags, run_name=run_name)
+    except Exception as exc:
+        raise store_error(tracking_uri, exc, "create a run") from exc
+    run_id = run.info.run_id
+    if params:
+        try:
+            client.log_batch(
+                run_id, params=[Param(k, v) for k, v in params.items()], synchronous=True
+            )
+        except Exception as exc:
+            _abandon(client, run_id, exc)
+            raise store_error(tracking_uri, exc, "log the command's params") from exc
+    started_s = run.info.start_time / 1000
+    state = RunState(
+        run_id=run_id,
+        experiment_id=experiment_id,
+        tracking_uri=tracking_uri,
+        pid=os.getpid(),
+        started_s=started_s,
+        window_s=window_s,
+    )
+    try:
+        folder = RunFolder.create(state, lock=True)
+    except OSError as exc:
+        _abandon(client, run_id, exc)
+        raise RadtError(
+            f"cannot create the run folder under {runs_root()} ({exc.strerror or exc}); "
+            "set RADT_HOME to a writable folder with free space"
+        ) from exc
+    recorder = Recorder(
+        SpoolWriter(folder.spool),
+        BatchWriter(client, run_id, warn),
+        Decimator(window_s, started_s),
+        warn,
+    )
+    recorder.start()
+    events = None
+    if run_api:
+        try:
+            events = EventReceiver(run_id, recorder.emit, warn, PhaseWriter(folder.path, warn))
+        except OSError as exc:
+            warn(
+                f"cannot open the run-API channel ({exc.strerror or exc}); "
+                "radt.log_examples/log_epoch will not be recorded for this run"
+            )
+    return RunParts(client, run.info, state, folder, recorder, events)
+
+
 class RecordedRun:
-    """An MLflow run that radT records: created on construction, completed by :meth:`close`."""
+    """An MLflow run that radT records, from the parts :func:`start_run` made, with its
+    listeners; completed by :meth:`close`."""
 
     def __init__(
         self,
-        client,
-        tracking_uri: str,
-        experiment_id: str,
+        parts: RunParts,
+        listeners: Sequence[Listener] = (),
         *,
-        tags: dict[str, str],
-        params: dict[str, str],
-        listeners: Sequence[Listener],
-        run_name: str | None = None,
-        parent_run_id: str | None = None,
-        window_s: float = 1.0,
         interval_s: float | None = None,
         devices: Sequence[str] = (),
         listener_options: dict[str, dict[str, str]] | None = None,
-        warn: Callable[[str], None] = say,
-        run_api: bool = True,
+        warn: Callable[[str], None] = log.warning,
     ) -> None:
-        from mlflow.entities import Param
-
-        tags = {**job_tags(), **tags}
-        if parent_run_id:
-            tags = {**tags, "mlflow.parentRunId": parent_run_id}
-        check_runs_root()
-        try:
-            run = client.create_run(experiment_id, tags=tags, run_name=run_name)
-        except Exception as exc:
-            raise store_error(tracking_uri, exc, "create a run") from exc
-        self.client = client
-        self.info = run.info
-        self.run_id = run.info.run_id
+        self.client = parts.client
+        self.info = parts.info
+        self.run_id = parts.info.run_id
+        self.state = parts.state
+        self.folder = parts.folder
+        self.recorder = parts.recorder
+        self.events = parts.events
         self.listeners = list(listeners)
         self.listener_options = listener_options or {}
         self.warn = warn
-        if params:
-            try:
-                client.log_batch(
-                    self.run_id, params=[Param(k, v) for k, v in params.items()], synchronous=True
-                )
-            except Exception as exc:
-                _abandon(client, self.run_id, exc)
-                raise store_error(tracking_uri, exc, "log the command's params") from exc
-        started_s = run.info.start_time / 1000
-        self.state = RunState(
-            run_id=self.run_id,
-            experiment_id=experiment_id,
-            tracking_uri=tracking_uri,
-            pid=os.getpid(),
-            started_s=started_s,
-            window_s=window_s,
-        )
-        try:
-            self.folder = RunFolder.create(self.state, lock=True)
-        except OSError as exc:
-            _abandon(client, self.run_id, exc)
-            raise RadtError(
-                f"cannot create the run folder under {runs_root()} ({exc.strerror or exc}); "
-                "set RADT_HOME to a writable folder with free space"
-            ) from exc
-        self.recorder = Recorder(
-            SpoolWriter(self.folder.spool),
-            BatchWriter(client, self.run_id, warn),
-            Decimator(window_s, started_s),
-            warn,
-        )
-        self.recorder.start()
-        self.events: EventReceiver | None = None
-        """The run-API channel of the run's command (``run_api``), bound before it starts."""
-        if run_api:
-            try:
-                self.events = EventReceiver(
-                    self.run_id, self.recorder.emit, warn, PhaseWriter(self.folder.path, warn)
-                )
-            except OSError as exc:
-                warn(
-                    f"cannot open the run-API channel ({exc.strerror or exc}); "
-                    "radt.log_examples/log_epoch will not be recorded for this run"
-                )
         self.context = RunContext(
             run_id=self.run_id,
             pid=0,

@@ -18,6 +18,7 @@ a finished search is never run again, and a search cut short reuses the outcomes
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shlex
@@ -27,10 +28,11 @@ from pathlib import Path
 
 from radt.errors import RadtError, UsageError
 from radt.launch.command import resolve_argv
-from radt.launch.session import say
 from radt.plans.model import Plan, Row, Workload
 from radt.plans.runner import PlanOptions, WorkloadRunner
 from radt.plans.study import BatchSearch, Configuration, Study, StudyWorkload
+
+log = logging.getLogger(__name__)
 
 OOM_MARKERS = (
     "torch.OutOfMemoryError",
@@ -63,7 +65,7 @@ def probe_configuration(configuration: Configuration, position: int) -> Configur
 
 
 @dataclass(frozen=True)
-class Slot:
+class SearchSlot:
     """One (Job, slot) to search, with the command that trains the Job."""
 
     job: str
@@ -72,14 +74,14 @@ class Slot:
     params: tuple[str, ...]  # the swept params as arguments, without the batch flag
 
 
-def slots(workloads: list[StudyWorkload]) -> list[Slot]:
+def slots(workloads: list[StudyWorkload]) -> list[SearchSlot]:
     """The distinct (Job, slot) pairs of ``workloads``, in the order they are first needed."""
-    found: dict[tuple[str, str], Slot] = {}
+    found: dict[tuple[str, str], SearchSlot] = {}
     for workload in workloads:
         for position in range(len(workload.configuration.runs)):
             key = slot_key(workload.configuration, position)
             if (workload.job, key) not in found:
-                found[(workload.job, key)] = Slot(
+                found[(workload.job, key)] = SearchSlot(
                     workload.job,
                     key,
                     probe_configuration(workload.configuration, position),
@@ -185,7 +187,7 @@ class Searcher:
             [self.experiment_id], filter_string="tags.`radt.probe` != ''", max_results=50000
         )
 
-    def cached(self, slot: Slot) -> int | None:
+    def cached(self, slot: SearchSlot) -> int | None:
         """The answer of a finished search of ``slot`` with this spec, if any."""
         for run in self._search_runs():
             tags = run.data.tags
@@ -198,14 +200,14 @@ class Searcher:
                 return int(tags["radt.probe.batch_size"])
         return None
 
-    def _same(self, tags: dict, slot: Slot) -> bool:
+    def _same(self, tags: dict, slot: SearchSlot) -> bool:
         return (
             tags.get("radt.probe.job") == slot.job
             and tags.get("radt.probe.slot") == slot.key
             and tags.get("radt.probe.spec") == self.spec.spec
         )
 
-    def _outcomes(self, slot: Slot) -> dict[int, str]:
+    def _outcomes(self, slot: SearchSlot) -> dict[int, str]:
         """Outcomes of earlier probes of ``slot`` (batch size -> fits/oom)."""
         outcomes = {}
         for run in self._search_runs():
@@ -220,7 +222,7 @@ class Searcher:
                 outcomes[int(tags["radt.probe.batch"])] = tags["radt.probe.outcome"]
         return outcomes
 
-    def search(self, slot: Slot) -> int:
+    def search(self, slot: SearchSlot) -> int:
         """The largest batch size that fits ``slot`` (cached, else searched now)."""
         cached = self.cached(slot)
         if cached is not None:
@@ -242,20 +244,20 @@ class Searcher:
         self.client.set_tag(search_id, "radt.probe.batch_size", str(answer))
         self.client.set_tag(search_id, "radt.probe.probes", str(probes))
         self.client.set_terminated(search_id, "FINISHED")
-        say(
+        log.info(
             f"batch size for {slot.job} on {slot.key}: {self.spec.flag} {answer} "
             f"({probes} new probe{'s' if probes != 1 else ''})"
         )
         return answer
 
-    def _slot_tags(self, slot: Slot) -> dict[str, str]:
+    def _slot_tags(self, slot: SearchSlot) -> dict[str, str]:
         return {
             "radt.probe.job": slot.job,
             "radt.probe.slot": slot.key,
             "radt.probe.spec": self.spec.spec,
         }
 
-    def _bisect(self, slot: Slot, search_id: str) -> tuple[int, int]:
+    def _bisect(self, slot: SearchSlot, search_id: str) -> tuple[int, int]:
         sizes = candidates(self.spec)
         known = self._outcomes(slot)
         fits = [i for i, size in enumerate(sizes) if known.get(size) == "fits"]
@@ -279,7 +281,7 @@ class Searcher:
             )
         return sizes[low], probes
 
-    def _probe(self, slot: Slot, size: int, search_id: str) -> str:
+    def _probe(self, slot: SearchSlot, size: int, search_id: str) -> str:
         """Run one probe; return ``fits`` or ``oom``; raise for any other failure."""
         self.probes_run += 1
         label = f"probe {slot.key} {self.spec.flag} {size}"
@@ -331,7 +333,7 @@ class Searcher:
         elif all(status == "FINISHED" for status in statuses):
             outcome = "fits"
         elif reason and reason.startswith("--max-time") and runner.supervisor.signum is None:
-            say(
+            log.info(
                 f"{label} ran {self.spec.max_time_min:g} min without running out of memory: it "
                 "fits (does the script call radt.log_examples? RADT_MAX_STEPS ends a probe "
                 f"after {self.spec.steps} calls)"
@@ -349,5 +351,5 @@ class Searcher:
                 f"see its output in run {run_id or runner.parent.run_id}"
             )
         self.client.set_tag(runner.parent.run_id, "radt.probe.outcome", outcome)
-        say(f"{label}: {'fits' if outcome == 'fits' else 'out of memory'}")
+        log.info(f"{label}: {'fits' if outcome == 'fits' else 'out of memory'}")
         return outcome

@@ -35,7 +35,6 @@ from radt.errors import RadtError
 from radt.launch.child import Child
 from radt.launch.supervise import Outcome, Supervisor
 
-PORT_VARIABLES = ("RADT_LOADER_PORT", "RADT_LOADER_ACK_PORT", "RADT_LOADER_HEART_PORTS")
 CONSUMERS_VARIABLE = "RADT_LOADER_CONSUMERS"
 POLL_S = 0.1
 

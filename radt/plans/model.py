@@ -38,7 +38,7 @@ COLUMNS = (
     "Role",
 )
 REQUIRED = ("Experiment", "Workload", "File")
-FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
+FINISHED, FAILED = "FINISHED", "FAILED"
 MODES = ("none", "naive", "mps", "mig")
 MAX_COMPUTE_SLICES = 7
 LOADER, CONSUMER = "loader", "consumer"

@@ -36,7 +36,7 @@ from radt.plans.model import (
     Workload,
     clean,
 )
-from radt.plans.scanner import Record, physical_lines, read_text, scan
+from radt.plans.scanner import CsvRecord, physical_lines, read_text, scan
 from radt.words import count
 
 _COLLOCATION_HELP = "use -, none, naive, mps, mps:PCT or a MIG profile like 3g.40gb"
@@ -226,7 +226,7 @@ def _column_key(name: str) -> str:
 _CANONICAL = {_column_key(name): name for name in COLUMNS}
 
 
-def read_header(record: Record) -> tuple[list[str | None], list[Problem]]:
+def read_header(record: CsvRecord) -> tuple[list[str | None], list[Problem]]:
     """Canonical column names and header problems.
 
     A blank header cell gives "", an unknown or duplicate one None (already
@@ -271,7 +271,7 @@ def _unknown_column(name: str) -> str:
     return f"unknown column {name!r} (allowed: {', '.join(COLUMNS)}){hint}"
 
 
-def _shape_problems(record: Record, columns: list[str | None]) -> list[str]:
+def _shape_problems(record: CsvRecord, columns: list[str | None]) -> list[str]:
     cells = record.cells
     filled = [i for i, value in enumerate(cells) if value]
     messages = []
@@ -291,7 +291,7 @@ def _too_many_cells(cells: int, columns: int) -> str:
 
 
 def _build_row(
-    record: Record, columns: list[str | None], cwd: Path
+    record: CsvRecord, columns: list[str | None], cwd: Path
 ) -> tuple[Row | None, list[str]]:
     """The row of a data record, or None and the messages of what is wrong."""
     errors = _shape_problems(record, columns)

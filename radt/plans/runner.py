@@ -10,6 +10,7 @@ loader row starts its shared loader first (see :mod:`radt.plans.loader`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import signal
@@ -27,7 +28,7 @@ from radt.launch.command import resolve_argv
 from radt.launch.job import JobInputs
 from radt.launch.launcher import child_env, open_store, run_params, run_tags
 from radt.launch.registry import Discovered, check_options, discover, select
-from radt.launch.session import RecordedRun, say
+from radt.launch.session import RecordedRun, start_run
 from radt.launch.supervise import Outcome, Supervisor, ended
 from radt.listener import Client, Listener
 from radt.plans.loader import LoaderPorts, SharedLoader
@@ -36,6 +37,8 @@ from radt.plans.read import read_plan
 from radt.plans.workdir import absolute_store, place
 from radt.tracking import experiment_id
 from radt.words import count
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from radt.slurm.dispatch import SlurmRequest
@@ -93,7 +96,7 @@ def run_plan(options: PlanOptions) -> int:
     if problems:
         raise UsageError(_report(options.path, problems))
     for note in plan.notes:
-        say(note)
+        log.info(note)
     if options.slurm is not None:
         from radt.slurm.dispatch import run_on_slurm
         from radt.slurm.options import slurm_options
@@ -107,10 +110,10 @@ def run_plan(options: PlanOptions) -> int:
         )
     skipped = _skipped(plan, pending, options)
     if not pending:
-        say(f"nothing to run in {options.path}: {skipped}")
+        log.info(f"nothing to run in {options.path}: {skipped}")
         return 0
     if len(pending) < len(plan.workloads):
-        say(f"skipping {skipped}")
+        log.info(f"skipping {skipped}")
     return run_workloads(plan, pending, options, found, open_store(options.tracking_uri))
 
 
@@ -134,7 +137,7 @@ def run_workloads(
         if after is not None:
             after(runner)
         if runner.interrupted:
-            say("interrupted; the remaining workloads run the next time the plan runs")
+            log.info("interrupted; the remaining workloads run the next time the plan runs")
             break
     return worst
 
@@ -348,7 +351,7 @@ class WorkloadRunner:
     def run(self) -> int:
         """Run the workload to its end; return its worst exit code."""
         self.parent = self._parent_run()
-        say(f"workload {self.workload.label}: parent run {self.parent.run_id}")
+        log.info(f"workload {self.workload.label}: parent run {self.parent.run_id}")
         codes: list[int] = []
         failure: BaseException | None = None
         try:
@@ -357,7 +360,7 @@ class WorkloadRunner:
                 self.limits,
                 self.parent.folder.path / "collocation",
                 self.teardown,
-                say,
+                log.warning,
                 plan_name=self.plan.path.name,
                 gpu_clocks=self.clocks,
             )
@@ -369,7 +372,7 @@ class WorkloadRunner:
                 self._prepare(index, row, slot)
             self.supervisor = Supervisor(
                 self.children + ([self.loader.child] if self.loader else []),
-                say,
+                log.warning,
                 self.options.grace_s,
                 self.options.max_time_min,
             )
@@ -390,7 +393,7 @@ class WorkloadRunner:
             failure = exc
         finally:
             self._stop_children()
-            for problem in self.teardown.run(say):
+            for problem in self.teardown.run(log.warning):
                 self.parent.state.tags.setdefault("radt.teardown_failed", problem[:5000])
         return self._close(codes, failure)
 
@@ -402,25 +405,27 @@ class WorkloadRunner:
                     device_listeners.setdefault(listener.name, listener)
         devices = sorted({d for row in self.workload.rows for d in row.devices})
         return RecordedRun(
-            self.client,
-            self.uri,
-            self.experiment_id,
-            tags={
-                **workload_tags(self.workload, self.limits, self.clocks),
-                "radt.devices": ",".join(devices) or "all",
-                "radt.listeners": "+".join(device_listeners) or "none",
-                "radt.plan": str(self.plan.path),
-                **self.options.tags,
-            },
-            params={},
-            listeners=list(device_listeners.values()),
-            run_name=self.workload.name,
-            parent_run_id=self.options.parent_run_id,
-            window_s=self.options.window_s,
+            start_run(
+                self.client,
+                self.uri,
+                self.experiment_id,
+                tags={
+                    **workload_tags(self.workload, self.limits, self.clocks),
+                    "radt.devices": ",".join(devices) or "all",
+                    "radt.listeners": "+".join(device_listeners) or "none",
+                    "radt.plan": str(self.plan.path),
+                    **self.options.tags,
+                },
+                params={},
+                run_name=self.workload.name,
+                parent_run_id=self.options.parent_run_id,
+                window_s=self.options.window_s,
+                run_api=False,
+            ),
+            list(device_listeners.values()),
             interval_s=self.options.interval_s,
             devices=devices,
             listener_options=self.options.listener_options,
-            run_api=False,
         )
 
     def _prepare(self, index: int, row: Row, slot: collocation.Slot) -> None:
@@ -451,7 +456,7 @@ class WorkloadRunner:
             child,
             run.output_log,
             started,
-            say,
+            log.warning,
             self.options.grace_s,
             self.options.loader_timeout_s,
         )
@@ -464,26 +469,28 @@ class WorkloadRunner:
         listeners = self.row_listeners[row.line]
         argv, cwd = place(resolve_argv(row.command), self.options.workdir)
         run = RecordedRun(
-            self.client,
-            self.uri,
-            self.experiment_id,
-            tags={
-                **run_tags(row.command, listeners, slot.devices),
-                **workload_tags(self.workload, self.limits, self.clocks),
-                **slot.tags,
-                "radt.letter": row.letter,
-                "radt.plan_line": str(row.line),
-                **self.options.job.with_row(row.job, row.warmup_epochs, row.warmup_s).tags(),
-                "radt.workdir": str(cwd),
-                **self.options.tags,
-                **({"radt.role": row.role} if row.role else {}),
-            },
-            params=run_params(row.command),
+            start_run(
+                self.client,
+                self.uri,
+                self.experiment_id,
+                tags={
+                    **run_tags(row.command, listeners, slot.devices),
+                    **workload_tags(self.workload, self.limits, self.clocks),
+                    **slot.tags,
+                    "radt.letter": row.letter,
+                    "radt.plan_line": str(row.line),
+                    **self.options.job.with_row(row.job, row.warmup_epochs, row.warmup_s).tags(),
+                    "radt.workdir": str(cwd),
+                    **self.options.tags,
+                    **({"radt.role": row.role} if row.role else {}),
+                },
+                params=run_params(row.command),
+                run_name=row.name or f"{self.workload.name}-{row.letter}",
+                parent_run_id=self.parent.run_id,
+                window_s=self.options.window_s,
+            ),
             # A fresh instance per run: a listener object observes one process tree.
-            listeners=[type(listener)() for listener in listeners if listener.scope != "device"],
-            run_name=row.name or f"{self.workload.name}-{row.letter}",
-            parent_run_id=self.parent.run_id,
-            window_s=self.options.window_s,
+            [type(listener)() for listener in listeners if listener.scope != "device"],
             interval_s=self.options.interval_s,
             devices=slot.devices,
             listener_options=self.options.listener_options,
@@ -626,12 +633,12 @@ class WorkloadRunner:
             self.parent.state.tags["radt.signal"] = signal.Signals(signum).name
         self.parent.close(worst.status, worst.exit_code, ended_s=workload_ended_s)
         self.plan.record(self.workload, results)
-        say(f"workload {self.workload.label}: {worst.status} (exit code {worst.exit_code})")
+        log.info(f"workload {self.workload.label}: {worst.status} (exit code {worst.exit_code})")
         self.interrupted = isinstance(failure, KeyboardInterrupt) or (
             self.supervisor is not None and self.supervisor.signum is not None
         )
         if isinstance(failure, RadtError):
-            say(f"error: {failure}")
+            log.warning(f"error: {failure}")
         elif failure is not None and not isinstance(failure, KeyboardInterrupt):
             raise failure
         return worst.exit_code

@@ -43,7 +43,7 @@ def read_text(path: Path) -> tuple[str, str]:
 
 
 @dataclass
-class Record:
+class CsvRecord:
     """One CSV record: its lines, its cells as written and their values."""
 
     first: int  # 1-based first physical line
@@ -84,7 +84,7 @@ class ScanError(Exception):
         self.unterminated = unterminated
 
 
-def _scan_record(lines: list[str], start: int) -> tuple[Record, int]:
+def _scan_record(lines: list[str], start: int) -> tuple[CsvRecord, int]:
     """Read the record that begins at index ``start``; return it and the next index."""
     raw: list[str] = []
     cell: list[str] = []
@@ -113,7 +113,7 @@ def _scan_record(lines: list[str], start: int) -> tuple[Record, int]:
             cell.append(ch)
         if state != "quoted":
             raw.append("".join(cell))
-            return Record(start + 1, i + 1, raw, ending), i + 1
+            return CsvRecord(start + 1, i + 1, raw, ending), i + 1
         cell.append(ending)
         i += 1
         if i == len(lines):
@@ -124,9 +124,9 @@ def _scan_record(lines: list[str], start: int) -> tuple[Record, int]:
             )
 
 
-def scan(lines: list[str]) -> tuple[list[Record], list[Problem]]:
+def scan(lines: list[str]) -> tuple[list[CsvRecord], list[Problem]]:
     """All records of the file; blank and ``#`` lines between records are skipped."""
-    records: list[Record] = []
+    records: list[CsvRecord] = []
     problems: list[Problem] = []
     i = 0
     while i < len(lines):

@@ -25,9 +25,11 @@ import difflib
 import random
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
+from typing import Any, TypeVar
 
 from radt.errors import UsageError
 from radt.plans.model import MAX_COMPUTE_SLICES, Collocation
@@ -38,6 +40,8 @@ from radt.plans.read import (
     parse_collocation,
     parse_gpu_clock,
 )
+
+T = TypeVar("T")
 
 ORIGINAL_KEYS = (
     "name",
@@ -398,84 +402,49 @@ class _Reader:
             found.append((flag, [_value_text(v) for v in values]))
         return found
 
-    def configurations(self) -> list[Configuration]:
-        raw = self.data.get("collocation", "none")
+    def _axis(
+        self,
+        name: str,
+        default: str,
+        parse: Callable[[Any], T],
+        label: Callable[[T], str],
+    ) -> list[T]:
+        """The values of the list ``name`` (one value is a list of one), each parsed, none
+        twice; an empty list, a value ``parse`` refuses (ValueError) and a repeat are problems."""
+        raw = self.data.get(name, default)
         items = raw if isinstance(raw, list) else [raw]
         if not items:
-            self.problem("collocation", "the list is empty, so the study has no workload")
-        found: list[Configuration] = []
+            self.problem(name, "the list is empty, so the study has no workload")
+        found: list[T] = []
         for i, item in enumerate(items):
-            key = f"collocation[{i}]" if isinstance(raw, list) else "collocation"
+            key = f"{name}[{i}]" if isinstance(raw, list) else name
             try:
-                configuration = parse_configuration(_value_text(item))
+                value = parse(item)
             except ValueError as err:
                 self.problem(key, str(err))
                 continue
-            if configuration.label in [c.label for c in found]:
-                self.problem(key, f"{configuration.label} is listed twice")
+            if label(value) in [label(v) for v in found]:
+                self.problem(key, f"{label(value)} is listed twice")
                 continue
-            found.append(configuration)
+            found.append(value)
         return found
+
+    def configurations(self) -> list[Configuration]:
+        return self._axis(
+            "collocation",
+            "none",
+            lambda item: parse_configuration(_value_text(item)),
+            lambda configuration: configuration.label,
+        )
 
     def gpu_clocks(self) -> list[int | None]:
-        raw = self.data.get("gpu_clock", "default")
-        items = raw if isinstance(raw, list) else [raw]
-        if not items:
-            self.problem("gpu_clock", "the list is empty, so the study has no workload")
-        found: list[int | None] = []
-        for i, item in enumerate(items):
-            key = f"gpu_clock[{i}]" if isinstance(raw, list) else "gpu_clock"
-            text = str(item).strip()
-            try:
-                mhz = None if text.lower() == "default" else parse_gpu_clock(text)
-            except ValueError as err:
-                self.problem(key, f"{err}, or default")
-                continue
-            if mhz in found:
-                self.problem(key, f"{'default' if mhz is None else f'{mhz} MHz'} is listed twice")
-                continue
-            found.append(mhz)
-        return found
+        return self._axis("gpu_clock", "default", _parse_clock, _clock_text)
 
     def power_limits(self) -> list[float | None]:
-        raw = self.data.get("power_limit", "default")
-        items = raw if isinstance(raw, list) else [raw]
-        if not items:
-            self.problem("power_limit", "the list is empty, so the study has no workload")
-        found: list[float | None] = []
-        for i, item in enumerate(items):
-            key = f"power_limit[{i}]" if isinstance(raw, list) else "power_limit"
-            try:
-                watts = parse_watts(item)
-            except ValueError as err:
-                self.problem(key, str(err))
-                continue
-            if watts in found:
-                self.problem(key, f"{_cap_text(watts)} is listed twice")
-                continue
-            found.append(watts)
-        return found
+        return self._axis("power_limit", "default", parse_watts, _cap_text)
 
     def loaders(self) -> list[str]:
-        raw = self.data.get("loader", "own")
-        items = raw if isinstance(raw, list) else [raw]
-        if not items:
-            self.problem("loader", "the list is empty, so the study has no workload")
-        found: list[str] = []
-        for i, item in enumerate(items):
-            key = f"loader[{i}]" if isinstance(raw, list) else "loader"
-            value = _value_text(item).lower()
-            if value not in LOADERS:
-                self.problem(
-                    key,
-                    f"{_value_text(item)!r} is not own or shared (own: each training loads its "
-                    "own data; shared: one loader_file feeds them)",
-                )
-            elif value in found:
-                self.problem(key, f"{value} is listed twice")
-            else:
-                found.append(value)
-        return found
+        return self._axis("loader", "own", _parse_loader, str)
 
     def loader_file(self, loaders: list[str]) -> str | None:
         value = self.text("loader_file")
@@ -591,6 +560,32 @@ def parse_watts(value) -> float | None:
     if not watts > 0 or watts == float("inf"):
         raise ValueError(f"{value!r} is not a positive number of watts")
     return watts
+
+
+def _parse_clock(item) -> int | None:
+    """A ``gpu_clock`` item: MHz (``1410``, ``1410 MHz``) or ``default`` (None)."""
+    text = str(item).strip()
+    if text.lower() == "default":
+        return None
+    try:
+        return parse_gpu_clock(text)
+    except ValueError as err:
+        raise ValueError(f"{err}, or default") from None
+
+
+def _clock_text(mhz: int | None) -> str:
+    return "default" if mhz is None else f"{mhz} MHz"
+
+
+def _parse_loader(item) -> str:
+    """A ``loader`` item: ``own`` or ``shared``."""
+    value = _value_text(item).lower()
+    if value not in LOADERS:
+        raise ValueError(
+            f"{_value_text(item)!r} is not own or shared (own: each training loads its "
+            "own data; shared: one loader_file feeds them)"
+        )
+    return value
 
 
 def _cap_text(watts: float | None) -> str:

@@ -12,6 +12,7 @@ into the study file's ``status:``.
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import sys
@@ -23,7 +24,6 @@ from radt.collocation.common import find_gpu, list_gpus, mig_mode, watts
 from radt.errors import RadtError, UsageError
 from radt.launch.launcher import open_store
 from radt.launch.registry import Discovered, discover, select
-from radt.launch.session import say
 from radt.plans import batch
 from radt.plans.model import FAILED, FINISHED, PlanError, Workload, clean
 from radt.plans.read import read_plan
@@ -48,6 +48,8 @@ from radt.plans.study import (
 from radt.plans.studyfile import write_progress
 from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path
 from radt.tracking import experiment_id
+
+log = logging.getLogger(__name__)
 
 PLAN_COLUMNS = (
     "Experiment",
@@ -522,7 +524,7 @@ def run_study(options: StudyOptions) -> int:
 
         slurm_options(study.slurm, options.plan.slurm.overrides, f"{study.path}: slurm:")
     for note in checked.notes:
-        say(f"warning: {note}")
+        log.warning(f"warning: {note}")
     progress = progress_of(study)
     rows = plan_rows(study, workloads, progress, {}, old_runs(plan_path))
     write_plan(plan_path, plan_text(study, rows, searched=False))
@@ -564,7 +566,7 @@ class _Run:
     def run(self, plan) -> int:
         pending = self.pending(plan)
         if not pending:
-            say(
+            log.info(
                 f"nothing to run in {self.study.path}: every workload is finished"
                 + (" or not among --modes" if self.options.modes else "")
                 + " (--rerun runs FAILED ones again, --rerun-all every one)"
@@ -583,7 +585,7 @@ class _Run:
         client = store[0]
         self.experiment_id = experiment_id(client, self.study.experiment)
         self.run_id = self._study_run(client)
-        write_progress(self.study.path, self.run_id, self.status, say)
+        write_progress(self.study.path, self.run_id, self.status, log.warning)
         if self.options.slurm is not None:
             return self.on_slurm(store, client)
         status, code = "FAILED", 1
@@ -644,14 +646,14 @@ class _Run:
                 run = None
             if run is not None and run.info.experiment_id == self.experiment_id:
                 client.update_run(run.info.run_id, status="RUNNING")
-                say(f"study {self.study.name}: going on in run {run.info.run_id}")
+                log.info(f"study {self.study.name}: going on in run {run.info.run_id}")
                 return run.info.run_id
-            say(
+            log.info(
                 f"study {self.study.name}: its parent run {self.study.parent} is not in "
                 f"experiment {self.study.experiment} of this store; opening a new study run"
             )
         run = client.create_run(self.experiment_id, run_name=self.study.name, tags=tags)
-        say(f"study {self.study.name}: study run {run.info.run_id}")
+        log.info(f"study {self.study.name}: study run {run.info.run_id}")
         return run.info.run_id
 
     def _batch_sizes(self, store, plan):
@@ -703,10 +705,10 @@ class _Run:
 
     def _write_status(self) -> None:
         try:
-            write_progress(self.study.path, self.run_id, self.status, say)
+            write_progress(self.study.path, self.run_id, self.status, log.warning)
         except Exception as exc:  # a study file made unreadable meanwhile: the plan still has it
             text = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
-            say(f"could not write the progress into {self.study.path}: {text}")
+            log.warning(f"could not write the progress into {self.study.path}: {text}")
 
     def _outcome(self) -> str:
         statuses = [_status(w, self.progress) for w in self.workloads]
@@ -721,8 +723,10 @@ class _Run:
                 client.log_artifact(self.run_id, str(path), "radt/study")
             client.set_terminated(self.run_id, status)
         except Exception as exc:  # the tracking store went away: the files hold the progress
-            say(f"could not close the study run {self.run_id}: {str(exc).splitlines()[0][:200]}")
-        say(
+            log.warning(
+                f"could not close the study run {self.run_id}: {str(exc).splitlines()[0][:200]}"
+            )
+        log.info(
             f"study {self.study.name}: {done} of {len(self.workloads)} workloads finished"
             + (f"; {left} left: run `radt {self.study.path}` again to go on" if left else "")
         )

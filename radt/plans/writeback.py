@@ -13,9 +13,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import stat
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +23,10 @@ from pathlib import Path
 from radt.errors import UsageError
 from radt.plans.model import Plan, Row, Workload, clean
 from radt.plans.read import read_header
-from radt.plans.scanner import Record, physical_lines, read_text, scan
+from radt.plans.scanner import CsvRecord, physical_lines, read_text, scan
 from radt.record.runfolder import radt_home
+
+log = logging.getLogger(__name__)
 
 
 def write_results(plan: Plan, workload: Workload, results: dict[int, tuple[str, str]]) -> None:
@@ -85,12 +87,10 @@ def _write_copy(
     _atomic_write(copy, (bom + text).encode("utf-8"))
     if target not in _told:
         _told.add(target)
-        print(
-            f"radt: cannot update {plan.path} ({exc.strerror or exc}); the runs go on and "
+        log.warning(
+            f"cannot update {plan.path} ({exc.strerror or exc}); the runs go on and "
             f"their Status and Run are written to {copy} (run that copy next time, "
-            "or copy it back)",
-            file=sys.stderr,
-            flush=True,
+            "or copy it back)"
         )
 
 
@@ -108,7 +108,7 @@ def _replace_cell(old: str, value: str) -> str:
     return lead + _quote(value) + old[len(old.rstrip()) :]
 
 
-def _set_cells(record: Record, updates: dict[int, str]) -> str:
+def _set_cells(record: CsvRecord, updates: dict[int, str]) -> str:
     """The record's text with the cells at ``updates``' positions replaced.
 
     A short record is padded with empty cells, spaced like its other cells.
@@ -122,11 +122,11 @@ def _set_cells(record: Record, updates: dict[int, str]) -> str:
 
 
 def _find_record(
-    data: list[Record], index: dict[str, int], workload: Workload, row: Row, path: Path
-) -> Record:
+    data: list[CsvRecord], index: dict[str, int], workload: Workload, row: Row, path: Path
+) -> CsvRecord:
     """The record of ``row`` in a freshly read file (by line, else by position)."""
 
-    def belongs(record: Record) -> bool:
+    def belongs(record: CsvRecord) -> bool:
         cells = record.cells
         values = [
             clean(cells[index[c]]) if index[c] < len(cells) else ""
@@ -147,7 +147,7 @@ def _find_record(
     )
 
 
-def _columns_for_record(header: Record, path: Path) -> tuple[dict[str, int], str | None]:
+def _columns_for_record(header: CsvRecord, path: Path) -> tuple[dict[str, int], str | None]:
     """Column positions, adding Status and Run when missing (then: the new header)."""
     index = {name: i for i, name in enumerate(read_header(header)[0]) if name}
     if "Experiment" not in index or "Workload" not in index:

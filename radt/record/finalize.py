@@ -80,7 +80,13 @@ def summarize(
     :mod:`radt.analysis.closing`). The samples are read from ``samples_path``
     (default: the folder's compacted ``samples.parquet``).
     """
-    from radt.analysis.closing import HEADLINE, METRIC_PREFIX, closing_figures, key_table
+    from radt.analysis.closing import (
+        HEADLINE,
+        METRIC_PREFIX,
+        TABLE_ARTIFACT,
+        closing_figures,
+        key_table,
+    )
     from radt.analysis.load import KeyFilter, file_pieces
     from radt.analysis.summary import SUMMARY_KEYS
 
@@ -88,7 +94,7 @@ def summarize(
     path = samples_path or folder.path / "samples.parquet"
     table = key_table(file_pieces(path, KeyFilter(None)))
     if table.num_rows:
-        target = folder.attachments / "radt" / "summary.csv"
+        target = folder.attachments / TABLE_ARTIFACT
         target.parent.mkdir(parents=True, exist_ok=True)
         table.to_pandas().to_csv(target, index=False)
     run = client.get_run(state.run_id)

@@ -184,29 +184,6 @@ def read_spool(folder: Path) -> tuple[pa.Table, list[str]]:
     return pa.Table.from_batches(batches, schema=SCHEMA), problems
 
 
-def tidy(table: pa.Table) -> pa.Table:
-    """Sort by time and add the ``listener`` and ``entity`` columns parsed from the key.
-
-    This is the layout of samples artifacts written before they were sorted by key
-    (radT 0.3.0.dev until the streaming compaction); :func:`radt.load` still reads
-    them. New artifacts are written by :mod:`radt.record.compact`.
-    """
-    table = table.sort_by([("timestamp", "ascending"), ("key", "ascending")])
-    keys = table.column("key").to_pylist()
-    unique = {key: _split_key(key) for key in set(keys)}
-    listener = pa.array([unique[k][0] for k in keys], pa.string()).dictionary_encode()
-    entity = pa.array([unique[k][1] for k in keys], pa.string()).dictionary_encode()
-    return pa.table(
-        {
-            "timestamp": table.column("timestamp"),
-            "key": table.column("key").dictionary_encode(),
-            "value": table.column("value"),
-            "listener": listener,
-            "entity": entity,
-        }
-    )
-
-
 def _split_key(key: str) -> tuple[str, str]:
     parts = key.split("/")
     if len(parts) < 3:

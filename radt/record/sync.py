@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -15,11 +15,9 @@ from radt.record.runfolder import STATE_FILE, DamagedState, RunFolder, RunState,
 from radt.record.spool import CHUNK_GLOB
 from radt.tracking import connect, move_credentials, prepare_process_env, sqlite_path, store_label
 
+log = logging.getLogger(__name__)
+
 ORPHAN_NOTE = "radT stopped before the run ended (killed or crashed); finished by `radt sync`"
-
-
-def _say(message: str) -> None:
-    print(f"radt: {message}", file=sys.stderr, flush=True)
 
 
 def launcher_alive(state: RunState) -> bool:
@@ -49,13 +47,13 @@ def sync(root: Path) -> int:
     """
     folders = find_folders(root)
     if not folders:
-        _say(f"nothing to sync in {root}")
+        log.info(f"nothing to sync in {root}")
         return 0
     prepare_process_env()
     incomplete = 0
     for folder in folders:
         if not folder.lock():
-            _say(_busy(folder))
+            log.info(_busy(folder))
             continue
         try:
             incomplete += not _sync_one(folder)
@@ -85,23 +83,23 @@ def _sync_one(folder: RunFolder) -> bool:
     except FileNotFoundError:
         return True  # finished by whoever held the lock before
     except (OSError, DamagedState) as exc:
-        _say(f"run folder {folder.path.name}: {exc}; skipped — delete the folder, or repair it")
+        log.info(f"run folder {folder.path.name}: {exc}; skipped — delete the folder, or repair it")
         return False
     if state.status == "RUNNING" and state.host != socket.gethostname():
-        _say(
+        log.info(
             f"run {state.run_id} is being recorded on {state.host}; "
             f"run `radt sync` there to finish it (skipped)"
         )
         return True
     if state.status == "RUNNING":
         if launcher_alive(state):
-            _say(f"run {state.run_id} is still being recorded (radT pid {state.pid}); skipped")
+            log.info(f"run {state.run_id} is still being recorded (radT pid {state.pid}); skipped")
             return True
         adopt_orphan(folder, state)
-        _say(f"run {state.run_id}: its radT is gone; marking it FAILED")
+        log.info(f"run {state.run_id}: its radT is gone; marking it FAILED")
     database = sqlite_path(state.tracking_uri)
     if database is not None and not database.exists():  # connecting would make it anew, empty
-        _say(
+        log.info(
             f"run {state.run_id}: its store {database} no longer exists; put the file back and "
             f"run `radt sync` again, or drop the run with `radt sync --forget {state.run_id}`"
         )
@@ -109,18 +107,18 @@ def _sync_one(folder: RunFolder) -> bool:
     try:
         client = connect(_with_credentials(state.tracking_uri))
     except Exception as exc:
-        _say(f"run {state.run_id}: {exc}")
+        log.info(f"run {state.run_id}: {exc}")
         return False
     missing = _missing_from_store(client, state)
     if missing:
-        _say(
+        log.info(
             f"run {state.run_id} {missing} in its store {store_label(state.tracking_uri)}; "
             f"nothing there can finish it: `radt sync --forget {state.run_id}` drops its folder "
             f"{folder.path}"
         )
         return False
-    if finish(client, folder, _say, state):
-        _say(f"run {state.run_id} synced ({state.status})")
+    if finish(client, folder, log.warning, state):
+        log.info(f"run {state.run_id} synced ({state.status})")
         return True
     return False
 
@@ -177,10 +175,10 @@ def forget(root: Path, run_id: str) -> int:
     0 when dropped. A folder another radT process holds is left alone."""
     folder = RunFolder(root / run_id)
     if not run_id or "/" in run_id or not (folder.path / STATE_FILE).exists():
-        _say(f"no run folder {run_id!r} in {root}; `radt sync --list` shows them")
+        log.info(f"no run folder {run_id!r} in {root}; `radt sync --list` shows them")
         return 1
     if not folder.lock():
-        _say(f"run {run_id} is being recorded or synced by another radT process; not dropped")
+        log.info(f"run {run_id} is being recorded or synced by another radT process; not dropped")
         return 1
     try:
         state = folder.load()
@@ -188,5 +186,5 @@ def forget(root: Path, run_id: str) -> int:
     except (OSError, DamagedState):
         left = "what the damaged folder held"
     folder.remove()
-    _say(f"dropped the folder of run {run_id} ({folder.path}); not sent: {left}")
+    log.info(f"dropped the folder of run {run_id} ({folder.path}); not sent: {left}")
     return 0

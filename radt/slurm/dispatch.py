@@ -12,6 +12,7 @@ are named on those runs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import sys
@@ -21,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from radt.errors import RadtError, UsageError
-from radt.launch.session import say
 from radt.plans.model import FAILED, FINISHED, Plan, Workload
 from radt.plans.read import read_plan
 from radt.slurm import commands
@@ -30,8 +30,10 @@ from radt.slurm.options import SBATCH_FLAGS, SlurmOptions
 from radt.tracking import experiment_id, sqlite_path
 from radt.words import count
 
+log = logging.getLogger(__name__)
+
 POLL_S = 1.0
-Record = Callable[[str, str, str], None]
+StatusHook = Callable[[str, str, str], None]
 """A study's hook: (workload name, status, run id or ``slurm:<job>``) as each one moves on."""
 
 
@@ -100,7 +102,7 @@ class Dispatch:
         *,
         parent_run_id: str | None = None,
         tags: dict[str, str] | None = None,
-        record: Record | None = None,
+        record: StatusHook | None = None,
     ) -> None:
         self.plan_path = Path(plan_path).resolve()
         self.slurm = slurm
@@ -193,7 +195,7 @@ class Dispatch:
                 job = f"{array_id}_{task}"
                 submitted.append(job)
                 self.jobs[workload.label] = job
-                say(f"workload {workload.label}: Slurm job {job}")
+                log.info(f"workload {workload.label}: Slurm job {job}")
             self._save()
             for task, workload in enumerate(workloads):
                 self._write_status(plan, workload, "PENDING", f"slurm:{array_id}_{task}")
@@ -239,12 +241,12 @@ class Dispatch:
         )
         if line != shown:
             elapsed = int(time.monotonic() - started)
-            say(f"{line} ({elapsed // 60}:{elapsed % 60:02d} elapsed)")
+            log.info(f"{line} ({elapsed // 60}:{elapsed % 60:02d} elapsed)")
         return line
 
     def _cancel(self, started: float) -> int:
         jobs = list(self.jobs.values())
-        say(
+        log.info(
             f"interrupted: cancelling {count(len(jobs), 'Slurm job')} ({' '.join(jobs)}); "
             "Ctrl-C again leaves at once"
         )
@@ -256,7 +258,7 @@ class Dispatch:
                 if self.jobs:
                     time.sleep(POLL_S)
         except KeyboardInterrupt:
-            say("left at once: the next run of the same command records the cancelled jobs")
+            log.info("left at once: the next run of the same command records the cancelled jobs")
         return 130
 
     def _code(self) -> int:
@@ -340,7 +342,7 @@ class Dispatch:
             status = "" if never_ran else ("KILLED" if ending in ENDINGS_KILLED else FAILED)
             if status == FAILED:
                 why = self._why(job)
-                say(f"workload {label}: Slurm job {job} {ending} before radT started: {why}")
+                log.info(f"workload {label}: Slurm job {job} {ending} before radT started: {why}")
             plan.record(workload, {row.line: (status, "") for row in workload.rows})
             if self.record is not None:
                 self.record(workload.name, status or "", "")
@@ -360,19 +362,19 @@ class Dispatch:
         if self.record is not None:
             self.record(workload.name, status, parent.info.run_id)
         self.ended[label] = status
-        say(f"workload {label}: {status} (Slurm job {job} {ending})")
+        log.info(f"workload {label}: {status} (Slurm job {job} {ending})")
 
     def _why(self, job: str) -> str:
         """The node's reason for a job that ended before radT ran a workload: radT's error
         line in the job's output, else its last line, else where the output is."""
-        log = self.folder / "logs" / f"{job}.out"
+        output = self.folder / "logs" / f"{job}.out"
         try:
-            lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
+            lines = [line.strip() for line in output.read_text(errors="replace").splitlines()]
         except OSError:
-            return f"no output at {log}"
+            return f"no output at {output}"
         errors = [line for line in lines if line.startswith("radt: error:")]
         last = errors[-1] if errors else next((line for line in reversed(lines) if line), "")
-        return f"{last[:500]} (see {log})" if last else f"see {log}"
+        return f"{last[:500]} (see {output})" if last else f"see {output}"
 
     # ------------------------------------------------------------------ job files
 
@@ -430,7 +432,7 @@ def run_on_slurm(
     *,
     parent_run_id: str | None = None,
     tags: dict[str, str] | None = None,
-    record: Record | None = None,
+    record: StatusHook | None = None,
 ) -> int:
     """Record what ended, submit what ``select`` picks that is not already in Slurm, and
     (unless detached) wait for every job; return 0 when all finished, 1 if not, 130 on Ctrl-C."""
@@ -452,22 +454,22 @@ def run_on_slurm(
     if problems:
         raise UsageError("\n".join(problems))
     if active:
-        say(f"{count(len(active), 'workload')} already in Slurm, not submitted again")
+        log.info(f"{count(len(active), 'workload')} already in Slurm, not submitted again")
     if request.dry_run:
         for line in dispatch.submit(plan, pending):
             print(line, flush=True)
         return 0
     warning = store_warning(uri)
     if warning and pending:
-        say(f"warning: {warning}")
+        log.warning(f"warning: {warning}")
     dispatch.submit(plan, pending)
     if request.detach:
-        say(
+        log.info(
             f"detached: {count(len(dispatch.jobs), 'workload')} in Slurm; run the same command "
             "again to see where they stand"
         )
         return 0
     if not dispatch.jobs:
-        say("nothing to run")
+        log.info("nothing to run")
         return 0
     return dispatch.wait()

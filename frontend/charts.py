@@ -490,18 +490,12 @@ def slowdown_figure(frame: pd.DataFrame) -> go.Figure:
     spread_out = part[part["_flagged"]]
     if len(spread_out):
         spreads = ", ".join(f"{v:.0f}" for v in sorted({round(v) for v in spread_out["_cv"]}))
-        fig.add_annotation(
-            text=f"hollow: the baseline's repeats spread {spreads} % (over "
+        _corner_note(
+            fig,
+            f"hollow: the baseline's repeats spread {spreads} % (over "
             f"{BASELINE_SPREAD_LIMIT_PCT:g} %): slowdown uncertain",
-            xref="paper",
-            yref="paper",
-            x=0.0,
-            y=1.0,
-            xanchor="left",
-            yanchor="bottom",
-            align="left",
-            showarrow=False,
-            font={"size": 11, "color": "#8a3b00"},
+            "left",
+            "#8a3b00",
         )
     fig.update_xaxes(title_text="partition size as slowdown: 1 / share of the GPU", range=[0, top])
     fig.update_yaxes(title_text="measured slowdown vs alone", range=[0, top])
@@ -636,6 +630,22 @@ NO_NORMALISED = (
     "No normalised figures: they divide by the Job's <i>none</i> run on the whole GPU at the<br>"
     "default power limit; run the job alone at full power (collocation none, no power_limit)."
 )
+
+
+def _corner_note(fig: go.Figure, text: str, side: str, colour: str) -> None:
+    """A small note in the top ``side`` ("left": just above the plot, "right": inside it)."""
+    fig.add_annotation(
+        text=text,
+        xref="paper",
+        yref="paper",
+        x=0.0 if side == "left" else 1.0,
+        y=1.0,
+        xanchor=side,
+        yanchor="bottom" if side == "left" else "top",
+        align=side,
+        showarrow=False,
+        font={"size": 11, "color": colour},
+    )
 
 
 def configuration_mode(configuration) -> str:
@@ -818,18 +828,7 @@ def cpu_figure(frame: pd.DataFrame) -> go.Figure:
             f"{name}: {_cpu_note(note)}"
             for name, note in zip(missing["_name"], notes[missing.index], strict=True)
         ]
-        fig.add_annotation(
-            text="missing: " + "<br>".join(lines),
-            xref="paper",
-            yref="paper",
-            x=1.0,
-            y=1.0,
-            xanchor="right",
-            yanchor="top",
-            align="right",
-            showarrow=False,
-            font={"size": 11, "color": "#555"},
-        )
+        _corner_note(fig, "missing: " + "<br>".join(lines), "right", "#555")
     fig.update_yaxes(title_text="CPU per example (ms, core-time)", rangemode="tozero")
     fig.update_layout(barmode="group")
     return _finish(fig, title)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from radt.listener import RunContext, Sample, samples_from
 from radt.record.streamed import StreamedListener
+from radt.tags import RADT_DCGM_FIELDS
 from radt.words import count
 
 from ._gpus import requested
@@ -255,7 +256,7 @@ class DcgmListener(StreamedListener):
             with self._lock:
                 if self._cancelled:
                     return
-                run.set_tag("radt.dcgm.fields", ",".join(str(fid) for fid in self.fields))
+                run.set_tag(RADT_DCGM_FIELDS, ",".join(str(fid) for fid in self.fields))
                 super().start(run)
         except Exception as exc:
             run.warn(f"listener dcgm could not start ({exc}); the run goes on without it")

@@ -20,6 +20,15 @@ from radt.collocation.common import (
 )
 from radt.collocation.teardown import Teardown
 from radt.errors import RadtError
+from radt.tags import (
+    RADT_COLLOCATION,
+    RADT_DEVICES,
+    RADT_GPU_CLOCK_MHZ,
+    RADT_MIG_INSTANCE,
+    RADT_MIG_PROFILE,
+    RADT_MPS_THREAD_PCT,
+    RADT_POWER_LIMIT_W,
+)
 
 Gpus = list[nvsmi.GpuListing]
 
@@ -219,8 +228,8 @@ def setup(
             slots[pos].env = {"CUDA_VISIBLE_DEVICES": m.uuid}
             slots[pos].devices = [m.uuid]
             slots[pos].tags = {
-                "radt.mig_profile": m.profile.name,
-                "radt.mig_instance": (
+                RADT_MIG_PROFILE: m.profile.name,
+                RADT_MIG_INSTANCE: (
                     f"GPU {index} GPU instance {m.gi} compute instance {m.ci} at {m.placement}"
                 ),
             }
@@ -239,7 +248,7 @@ def setup(
             slots[pos].devices = [str(index)]
             if r.mps_thread_pct is not None:
                 slots[pos].env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(r.mps_thread_pct)
-                slots[pos].tags["radt.mps_thread_pct"] = str(r.mps_thread_pct)
+                slots[pos].tags[RADT_MPS_THREAD_PCT] = str(r.mps_thread_pct)
     if texts:
         artifacts["mps.txt"] = "\n".join(texts)
 
@@ -249,14 +258,14 @@ def setup(
             device = str(located[pos].index) if pos in located else str(r.device).strip()
             slot.env = {"CUDA_VISIBLE_DEVICES": device}
             slot.devices = [device]
-        slot.tags["radt.collocation"] = r.mode
+        slot.tags[RADT_COLLOCATION] = r.mode
         if slot.devices:
-            slot.tags["radt.devices"] = ",".join(slot.devices)
+            slot.tags[RADT_DEVICES] = ",".join(slot.devices)
         gpu = located.get(pos)
         if gpu is not None and gpu.index in limits_by_index:
-            slot.tags["radt.power_limit_w"] = watts(limits_by_index[gpu.index])
+            slot.tags[RADT_POWER_LIMIT_W] = watts(limits_by_index[gpu.index])
         if gpu is not None and gpu.index in clocks_by_index:
-            slot.tags["radt.gpu_clock_mhz"] = str(clocks_by_index[gpu.index])
+            slot.tags[RADT_GPU_CLOCK_MHZ] = str(clocks_by_index[gpu.index])
     return slots, artifacts
 
 

@@ -31,6 +31,20 @@ from radt.launch.session import say
 from radt.plans.model import Plan, Row, Workload
 from radt.plans.runner import PlanOptions, WorkloadRunner
 from radt.plans.study import BatchSearch, Configuration, Study, StudyWorkload
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_LETTER,
+    RADT_NOTE,
+    RADT_PROBE,
+    RADT_PROBE_BATCH,
+    RADT_PROBE_BATCH_SIZE,
+    RADT_PROBE_JOB,
+    RADT_PROBE_OUTCOME,
+    RADT_PROBE_PROBES,
+    RADT_PROBE_SLOT,
+    RADT_PROBE_SPEC,
+    tag_filter,
+)
 
 OOM_MARKERS = (
     "torch.OutOfMemoryError",
@@ -182,7 +196,7 @@ class Searcher:
     def _search_runs(self) -> list:
         """The experiment's probe and search runs (the cache)."""
         return self.client.search_runs(
-            [self.experiment_id], filter_string="tags.`radt.probe` != ''", max_results=50000
+            [self.experiment_id], filter_string=tag_filter(RADT_PROBE, "", "!="), max_results=50000
         )
 
     def cached(self, slot: Slot) -> int | None:
@@ -190,19 +204,19 @@ class Searcher:
         for run in self._search_runs():
             tags = run.data.tags
             if (
-                tags.get("radt.probe") == SEARCH
+                tags.get(RADT_PROBE) == SEARCH
                 and self._same(tags, slot)
                 and run.info.status == "FINISHED"
-                and tags.get("radt.probe.batch_size", "").isdigit()
+                and tags.get(RADT_PROBE_BATCH_SIZE, "").isdigit()
             ):
-                return int(tags["radt.probe.batch_size"])
+                return int(tags[RADT_PROBE_BATCH_SIZE])
         return None
 
     def _same(self, tags: dict, slot: Slot) -> bool:
         return (
-            tags.get("radt.probe.job") == slot.job
-            and tags.get("radt.probe.slot") == slot.key
-            and tags.get("radt.probe.spec") == self.spec.spec
+            tags.get(RADT_PROBE_JOB) == slot.job
+            and tags.get(RADT_PROBE_SLOT) == slot.key
+            and tags.get(RADT_PROBE_SPEC) == self.spec.spec
         )
 
     def _outcomes(self, slot: Slot) -> dict[int, str]:
@@ -211,13 +225,13 @@ class Searcher:
         for run in self._search_runs():
             tags = run.data.tags
             if (
-                tags.get("radt.probe") == PROBE
-                and "radt.letter" not in tags
+                tags.get(RADT_PROBE) == PROBE
+                and RADT_LETTER not in tags
                 and self._same(tags, slot)
-                and tags.get("radt.probe.outcome") in ("fits", "oom")
-                and tags.get("radt.probe.batch", "").isdigit()
+                and tags.get(RADT_PROBE_OUTCOME) in ("fits", "oom")
+                and tags.get(RADT_PROBE_BATCH, "").isdigit()
             ):
-                outcomes[int(tags["radt.probe.batch"])] = tags["radt.probe.outcome"]
+                outcomes[int(tags[RADT_PROBE_BATCH])] = tags[RADT_PROBE_OUTCOME]
         return outcomes
 
     def search(self, slot: Slot) -> int:
@@ -229,18 +243,18 @@ class Searcher:
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"batch size: {slot.key}",
-            tags={**tags, "radt.probe": SEARCH, "mlflow.parentRunId": self.parent_run_id},
+            tags={**tags, RADT_PROBE: SEARCH, MLFLOW_PARENT_RUN_ID: self.parent_run_id},
         )
         search_id = run.info.run_id
         try:
             answer, probes = self._bisect(slot, search_id)
         except BaseException as exc:
             status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-            self.client.set_tag(search_id, "radt.note", str(exc)[:5000] or type(exc).__name__)
+            self.client.set_tag(search_id, RADT_NOTE, str(exc)[:5000] or type(exc).__name__)
             self.client.set_terminated(search_id, status)
             raise
-        self.client.set_tag(search_id, "radt.probe.batch_size", str(answer))
-        self.client.set_tag(search_id, "radt.probe.probes", str(probes))
+        self.client.set_tag(search_id, RADT_PROBE_BATCH_SIZE, str(answer))
+        self.client.set_tag(search_id, RADT_PROBE_PROBES, str(probes))
         self.client.set_terminated(search_id, "FINISHED")
         say(
             f"batch size for {slot.job} on {slot.key}: {self.spec.flag} {answer} "
@@ -250,9 +264,9 @@ class Searcher:
 
     def _slot_tags(self, slot: Slot) -> dict[str, str]:
         return {
-            "radt.probe.job": slot.job,
-            "radt.probe.slot": slot.key,
-            "radt.probe.spec": self.spec.spec,
+            RADT_PROBE_JOB: slot.job,
+            RADT_PROBE_SLOT: slot.key,
+            RADT_PROBE_SPEC: self.spec.spec,
         }
 
     def _bisect(self, slot: Slot, search_id: str) -> tuple[int, int]:
@@ -283,7 +297,7 @@ class Searcher:
         """Run one probe; return ``fits`` or ``oom``; raise for any other failure."""
         self.probes_run += 1
         label = f"probe {slot.key} {self.spec.flag} {size}"
-        tags = {**self._slot_tags(slot), "radt.probe": PROBE, "radt.probe.batch": str(size)}
+        tags = {**self._slot_tags(slot), RADT_PROBE: PROBE, RADT_PROBE_BATCH: str(size)}
         options = replace(
             self.options,
             listeners="none",
@@ -342,12 +356,12 @@ class Searcher:
             run_id = plan.results.get(workload.rows[bad].line, ("", ""))[1]
             tail = tails[bad] if bad < len(tails) else ""
             last = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "")
-            self.client.set_tag(runner.parent.run_id, "radt.probe.outcome", "error")
+            self.client.set_tag(runner.parent.run_id, RADT_PROBE_OUTCOME, "error")
             raise RadtError(
                 f"{self.study.path}: batch_size: {label} failed for another reason than "
                 f"memory ({statuses[bad]}{': ' + last.strip()[:300] if last else ''}); "
                 f"see its output in run {run_id or runner.parent.run_id}"
             )
-        self.client.set_tag(runner.parent.run_id, "radt.probe.outcome", outcome)
+        self.client.set_tag(runner.parent.run_id, RADT_PROBE_OUTCOME, outcome)
         say(f"{label}: {'fits' if outcome == 'fits' else 'out of memory'}")
         return outcome

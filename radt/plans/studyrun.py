@@ -47,6 +47,7 @@ from radt.plans.study import (
 )
 from radt.plans.studyfile import write_progress
 from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path
+from radt.tags import RADT_STUDY, RADT_STUDY_FILE, RADT_STUDY_PROGRESS, RADT_STUDY_WORKLOADS
 from radt.tracking import experiment_id
 
 PLAN_COLUMNS = (
@@ -592,7 +593,7 @@ class _Run:
             options = replace(
                 self.options,
                 parent_run_id=self.run_id,
-                tags={**self.options.tags, "radt.study": self.study.name},
+                tags={**self.options.tags, RADT_STUDY: self.study.name},
             )
             code = run_workloads(
                 plan, self.pending(plan), options, self.found, store, after=self._record
@@ -620,7 +621,7 @@ class _Run:
                 request,
                 store,
                 parent_run_id=getattr(self, "run_id", None),
-                tags={"radt.study": self.study.name},
+                tags={RADT_STUDY: self.study.name},
                 record=self._record_status,
             )
         except BaseException:
@@ -633,9 +634,9 @@ class _Run:
 
     def _study_run(self, client) -> str:
         tags = {
-            "radt.study": self.study.name,
-            "radt.study_file": str(self.study.path),
-            "radt.study_workloads": str(len(self.workloads)),
+            RADT_STUDY: self.study.name,
+            RADT_STUDY_FILE: str(self.study.path),
+            RADT_STUDY_WORKLOADS: str(len(self.workloads)),
         }
         if self.study.parent:
             try:
@@ -716,7 +717,7 @@ class _Run:
         done = sum(1 for w in self.workloads if _status(w, self.progress) == FINISHED)
         left = len(self.workloads) - done
         try:
-            client.set_tag(self.run_id, "radt.study_progress", f"{done}/{len(self.workloads)}")
+            client.set_tag(self.run_id, RADT_STUDY_PROGRESS, f"{done}/{len(self.workloads)}")
             for path in (self.study.path, self.plan_path):
                 client.log_artifact(self.run_id, str(path), "radt/study")
             client.set_terminated(self.run_id, status)

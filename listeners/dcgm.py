@@ -40,12 +40,13 @@ import time
 from dataclasses import dataclass, field
 
 from radt.listener import RunContext, Sample, samples_from
+from radt.placeholders import number
 from radt.record.streamed import StreamedListener
 from radt.tags import RADT_DCGM_FIELDS
 from radt.words import count
 
 from ._gpus import requested
-from ._tools import ToolError, first_sentence, found, gpus_of_run, number, run_tool
+from ._tools import ToolError, first_sentence, found, gpus_of_run, run_tool
 
 PROFILING_FIELDS: dict[int, tuple[str, str]] = {
     1001: ("GRACT", "gract_ratio"),

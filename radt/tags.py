@@ -121,7 +121,36 @@ LOADER_ROLE = "loader"
 """The :data:`RADT_ROLE` of a workload's shared loader."""
 
 
-class RunKind(str, Enum):
+class Spelled(str, Enum):
+    """A str Enum that is its value wherever a str is: printed, formatted, hashed, compared."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    __hash__ = str.__hash__
+
+
+class Mode(Spelled):
+    """A collocation mode (the value of :data:`RADT_COLLOCATION`, as a plan spells it)."""
+
+    NONE = "none"
+    """The run has its GPU to itself (a baseline)."""
+    NAIVE = "naive"
+    """Runs share a GPU by time slicing."""
+    MPS = "mps"
+    """Runs share a GPU under NVIDIA MPS."""
+    MIG = "mig"
+    """Each run has a MIG slice of the GPU."""
+
+
+MODES = tuple(mode.value for mode in Mode)
+"""The modes as a plan spells them: none, naive, mps, mig."""
+
+
+class RunKind(Spelled):
     """Which kind of run a run is; the values are the summary's ``level`` column."""
 
     WORKLOAD = "provider"
@@ -132,12 +161,6 @@ class RunKind(str, Enum):
     """A workload's shared loader (tag :data:`RADT_ROLE` = :data:`LOADER_ROLE`)."""
     LONE = "run"
     """A run on its own: ``radt run`` outside a plan."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 def run_kind(tags: Mapping[str, str], has_children: bool = False) -> RunKind:

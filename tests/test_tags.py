@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 
 from conftest import REPO
@@ -11,9 +12,11 @@ from radt.frontend.data import run_info
 from radt.tags import (
     LOADER_ROLE,
     MLFLOW_PARENT_RUN_ID,
+    MODES,
     RADT_LETTER,
     RADT_ROLE,
     RADT_WORKLOAD_RUNS,
+    Mode,
     RunKind,
     RunTree,
     run_kind,
@@ -113,3 +116,26 @@ def test_each_kind_of_run_is_told_apart_the_same_way_by_the_analysis_and_the_ui(
     assert tree.kind(runs[lone]) == RunKind.WORKLOAD
     assert tree.kind(client.get_run(child_of_lone)) == RunKind.TRAINING
     assert f"{RunKind.LOADER}" == str(RunKind.LOADER) == "loader"
+
+
+def test_a_mode_is_its_plan_spelling_wherever_a_str_is():
+    """Plans read a Collocation cell into a Mode; it prints, hashes, compares and serialises
+    as the plan's word, so tags, CSV and JSON keep the user's spelling."""
+    from radt.plans.read import parse_collocation
+
+    assert MODES == ("none", "naive", "mps", "mig")
+    cells = ("-", "none", "naive", "mps", "mps:50", "3g.40gb", "mig 1g.10gb")
+    assert [parse_collocation(cell).mode for cell in cells] == [
+        Mode.NONE,
+        Mode.NONE,
+        Mode.NAIVE,
+        Mode.MPS,
+        Mode.MPS,
+        Mode.MIG,
+        Mode.MIG,
+    ]
+    assert parse_collocation("mps:50").mode is Mode.MPS
+    assert "mig" in {Mode.MIG} and Mode.MIG in {"mig"} and {"mps": 1}[Mode.MPS] == 1
+    assert f"{Mode.NAIVE} x2" == "naive x2" and str(Mode.MIG) == "mig"
+    assert json.dumps({"mode": Mode.MIG}) == '{"mode": "mig"}'
+    assert Mode("mps") is Mode.MPS

@@ -66,6 +66,7 @@ from radt.tags import (
     RADT_MIG_INSTANCE,
     RADT_MIG_PROFILE,
     RADT_NVML_ENERGY_METHOD,
+    Mode,
 )
 
 if TYPE_CHECKING:
@@ -660,7 +661,7 @@ def _estimate(record: Record, parent: Record, kids: Sequence[Record], extra) -> 
             record.notes.append(f"no energy or power of {gpu}: estimated energy missing")
             return
         sharing = [k for k in kids if gpu in client_gpus(k.tags, gpus)]
-        mig = all(k.tags.get(RADT_COLLOCATION) == "mig" for k in sharing)
+        mig = all(k.tags.get(RADT_COLLOCATION) == Mode.MIG for k in sharing)
         names = MIG_METHODS if mig else SHARE_METHODS
         sharers = [
             _sharer(k, gpu, mig, extra[parent.run_id], extra.get(k.run_id, {})) for k in sharing

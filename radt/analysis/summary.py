@@ -89,6 +89,7 @@ from radt.tags import (
     RADT_ROLE,
     RADT_SLURM_JOB_ID,
     RADT_SLURM_NODE,
+    Mode,
     RunKind,
     RunTree,
 )
@@ -276,9 +277,9 @@ def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
     """
     n = len(runs_tags)
     modes = sorted({(t.get(RADT_COLLOCATION) or "none") for t in runs_tags} or {"none"})
-    if modes == ["none"]:
+    if modes == [Mode.NONE]:
         return "none" if n <= 1 else f"none x{n}"
-    if modes == ["mig"]:
+    if modes == [Mode.MIG]:
         profiles: list[str] = []
         for tags in runs_tags:
             profile = tags.get(RADT_MIG_PROFILE)
@@ -289,7 +290,7 @@ def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
                 profiles = profiles[0].split("+")  # every run carries the workload's list
             return "+".join(sorted(profiles, key=_profile_size, reverse=True))
         return f"mig x{n}"
-    if modes == ["mps"]:
+    if modes == [Mode.MPS]:
         shares = [t.get(RADT_MPS_THREAD_PCT) for t in runs_tags]
         known = [f"{float(s):g}" for s in shares if _present(s)]
         if not known:
@@ -298,7 +299,7 @@ def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
             return f"mps:{known[0]} x{n}"
         ordered = sorted(known, key=float, reverse=True) + ["?"] * (n - len(known))
         return "mps:" + "+".join(ordered)
-    if modes == ["naive"]:
+    if modes == [Mode.NAIVE]:
         return f"naive x{n}"
     return "+".join(modes) + f" x{n}"
 
@@ -401,7 +402,7 @@ class Record:
         """Whether the run had the GPU to itself (collocation ``none``)."""
         mode = self.tags.get(RADT_COLLOCATION)
         return self.level != "provider" and (
-            mode == "none" or (mode is None and self.level == "run")
+            mode == Mode.NONE or (mode is None and self.level == "run")
         )
 
     @property
@@ -926,7 +927,7 @@ def summary(
     jobs = {(records[i].experiment_id, records[i].job) for i in wanted if records[i].job}
     for record in records.values():  # baselines of the chosen runs' jobs, with their workloads
         same_job = (record.experiment_id, record.job) in jobs
-        alone = record.tags.get(RADT_COLLOCATION) in ("none", None)
+        alone = record.tags.get(RADT_COLLOCATION) in (Mode.NONE, None)
         if record.level != "provider" and same_job and alone:
             wanted.add(record.run_id)
             parent = record.tags.get(MLFLOW_PARENT_RUN_ID)

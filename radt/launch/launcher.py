@@ -25,6 +25,7 @@ from radt.tags import (
     RADT_DEVICES,
     RADT_LISTENERS,
     RADT_VERSION,
+    Mode,
 )
 from radt.tracking import (
     connect,
@@ -94,7 +95,7 @@ def run_tags(command: list[str], listeners: list[Listener], devices: list[str]) 
         MLFLOW_USER: getpass.getuser(),
         RADT_VERSION: __version__,
         RADT_COMMAND: shlex.join(command),
-        RADT_COLLOCATION: "none",
+        RADT_COLLOCATION: Mode.NONE,
         RADT_LISTENERS: "+".join(listener.name for listener in listeners) or "none",
         RADT_DEVICES: ",".join(devices) or os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
     }

@@ -43,6 +43,7 @@ from radt.tags import (
     RADT_PROBE_PROBES,
     RADT_PROBE_SLOT,
     RADT_PROBE_SPEC,
+    Mode,
     tag_filter,
 )
 
@@ -61,16 +62,16 @@ PROBE, SEARCH = "probe", "search"
 def slot_key(configuration: Configuration, position: int) -> str:
     """The slot of run ``position`` of ``configuration``: its MIG profile, ``whole GPU``, or
     the sharing configuration (all its runs share one memory)."""
-    if configuration.mode == "mig":
+    if configuration.mode == Mode.MIG:
         return str(configuration.runs[position].mig_profile)
-    if configuration.mode == "none":
+    if configuration.mode == Mode.NONE:
         return "whole GPU"
     return configuration.label
 
 
 def probe_configuration(configuration: Configuration, position: int) -> Configuration:
     """What a probe of that slot runs: one MIG slice alone, else the configuration itself."""
-    if configuration.mode == "mig":
+    if configuration.mode == Mode.MIG:
         run = configuration.runs[position]
         return Configuration(run.label, (run,))
     return configuration

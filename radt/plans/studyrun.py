@@ -47,7 +47,7 @@ from radt.plans.study import (
 )
 from radt.plans.studyfile import write_progress
 from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path
-from radt.tags import RADT_STUDY, RADT_STUDY_FILE, RADT_STUDY_PROGRESS, RADT_STUDY_WORKLOADS
+from radt.tags import RADT_STUDY, RADT_STUDY_FILE, RADT_STUDY_PROGRESS, RADT_STUDY_WORKLOADS, Mode
 from radt.tracking import experiment_id
 
 PLAN_COLUMNS = (
@@ -133,7 +133,7 @@ def _where(study: Study):
 
 def _check_gpu(study: Study, checked: Checked) -> None:
     where = _where(study)
-    migs = [(i, c) for i, c in enumerate(study.configurations) if c.mode == "mig"]
+    migs = [(i, c) for i, c in enumerate(study.configurations) if c.mode == Mode.MIG]
     caps = [(i, w) for i, w in enumerate(study.power_limits_w) if w is not None]
     devices = [d for d in study.devices.split("+") if d]
     if migs and len(devices) > 1:
@@ -301,7 +301,7 @@ def plan_rows(
             mode = workload.configuration.mode
             cells.append(
                 {
-                    "Collocation": "naive" if mode == "naive" else "-",
+                    "Collocation": Mode.NAIVE if mode == Mode.NAIVE else "-",
                     "File": study.loader_file or "-",
                     "Params": "-",
                     "PowerLimit": "-",
@@ -462,7 +462,7 @@ def report(
     if checked.gpu:
         out.append(f"checked against: {checked.gpu}")
     modes_used = {w.configuration.mode for w in workloads}
-    if "mig" in modes_used and modes_used - {"mig"}:
+    if Mode.MIG in modes_used and modes_used - {Mode.MIG}:
         out.append(
             f"two passes: `radt {study.path} --modes mig` with MIG mode on, then "
             f"`radt {study.path} --modes none+naive+mps` with it off"

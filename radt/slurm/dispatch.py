@@ -34,6 +34,7 @@ from radt.tags import (
     RADT_SLURM_ARRAY_TASK_ID,
     RADT_SLURM_STATE,
     RADT_STOP_REASON,
+    Mode,
     tag_filter,
 )
 from radt.tracking import experiment_id, sqlite_path
@@ -66,7 +67,7 @@ def derived_gres(workload: Workload) -> str | None:
     devices = {d for row in workload.rows for d in row.devices}
     if devices:
         return f"gpu:{len(devices)}"
-    if any(row.collocation.mode != "none" for row in workload.trainings):
+    if any(row.collocation.mode != Mode.NONE for row in workload.trainings):
         return "gpu:1"
     return None
 
@@ -75,7 +76,7 @@ def refusals(plan: Plan, pending: list[Workload], slurm: SlurmOptions) -> list[s
     """What Slurm clusters do not allow, one line per workload, before anything is submitted."""
     problems = []
     for workload in pending:
-        if not slurm.exclusive and any(r.collocation.mode == "mig" for r in workload.trainings):
+        if not slurm.exclusive and any(r.collocation.mode == Mode.MIG for r in workload.trainings):
             problems.append(
                 f"{plan.path}: workload {workload.label} re-partitions MIG, which a Slurm job "
                 "may only do with the whole node: set `exclusive: true` under slurm: (the "

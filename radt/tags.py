@@ -3,8 +3,8 @@
 Every ``radt.*`` tag and every MLflow tag (``mlflow.*``) that radT uses is named here once, as
 MLflow names its own in ``mlflow.utils.mlflow_tags``; the rest of radT imports the names.
 :func:`run_kind` decides from a run's tags which kind of run it is (a workload, one of its
-training runs or its shared loader, or a lone run), and :class:`RunTree` holds which runs
-are whose children.
+training runs or its shared loader, or a lone run), :class:`RunTree` holds which runs
+are whose children, and :class:`Mode` is the value of :data:`RADT_COLLOCATION`.
 """
 
 from __future__ import annotations
@@ -213,10 +213,6 @@ class RunTree:
     def kids(self, run_id: str) -> Sequence[Any]:
         """The child runs of ``run_id`` (empty if it has none)."""
         return self.children.get(run_id, [])
-
-    def parents(self) -> set[str]:
-        """The run ids that have children."""
-        return set(self.children)
 
     def kind(self, run: Any) -> RunKind:
         """The :class:`RunKind` of ``run``, knowing its children."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from radt.errors import UsageError
-from radt.tags import Mode
+from radt.tags import LOADER_ROLE, Mode
 from radt.words import count
 
 COLUMNS = (
@@ -41,7 +41,7 @@ COLUMNS = (
 REQUIRED = ("Experiment", "Workload", "File")
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
 MAX_COMPUTE_SLICES = 7
-LOADER, CONSUMER = "loader", "consumer"
+LOADER, CONSUMER = LOADER_ROLE, "consumer"
 """Roles in a workload with a shared loader (``radt.role``); the loader's letter is L."""
 LOADER_LETTER = "L"
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from radt.frontend.style import MODES, PALETTE, empty_figure, mode_colour
+from radt.frontend.style import PALETTE, empty_figure, mode_colour
 
 from radt.analysis.attribution import crosscheck_flagged
 from radt.analysis.summary import (
@@ -30,6 +30,7 @@ from radt.analysis.summary import (
     SHARED_LOADER,
     baseline_spread_flagged,
 )
+from radt.tags import MODES, Mode
 from radt.words import count
 
 PROVIDERS = ("provider", "run")
@@ -56,7 +57,9 @@ NO_ENERGY = (
 
 def normalise(frame: pd.DataFrame) -> pd.DataFrame:
     """A summary frame with the collocation of untagged runs as ``none``, ready for the charts."""
-    return frame.assign(collocation=frame["collocation"].astype(object).fillna("none").astype(str))
+    return frame.assign(
+        collocation=frame["collocation"].astype(object).fillna(Mode.NONE.value).astype(str)
+    )
 
 
 def focus(frame: pd.DataFrame, selected: Iterable[str]) -> pd.DataFrame:
@@ -82,11 +85,11 @@ def power_label(value) -> str:
 
 def config_label(row: pd.Series) -> str:
     """A configuration in words: ``mig 3g.40gb · 250 W``, ``mps 50% · default cap``, ``naive``."""
-    mode = str(row.get("collocation") or "none")
+    mode = str(row.get("collocation") or Mode.NONE)
     detail = ""
-    if mode == "mig" and _present(row.get("mig_profile")):
+    if mode == Mode.MIG and _present(row.get("mig_profile")):
         detail = f" {row['mig_profile']}"
-    elif mode == "mps" and _present(row.get("mps_thread_pct")):
+    elif mode == Mode.MPS and _present(row.get("mps_thread_pct")):
         detail = f" {float(row['mps_thread_pct']):g}%"
     return f"{mode}{detail} · {power_label(row.get('power_limit_w'))}"
 
@@ -105,13 +108,13 @@ def partition_share(row: pd.Series, clients: int = 1) -> Fraction | None:
     ``clients`` is the number of runs in its workload. None when unknown (a MIG
     profile that does not start with ``<n>g``).
     """
-    mode = str(row.get("collocation") or "none")
-    if mode == "mig":
+    mode = str(row.get("collocation") or Mode.NONE)
+    if mode == Mode.MIG:
         found = re.match(r"^(\d+)g", str(row.get("mig_profile") or ""))
         return Fraction(min(int(found.group(1)), MIG_SLICES), MIG_SLICES) if found else None
-    if mode == "mps" and _present(row.get("mps_thread_pct")):
+    if mode == Mode.MPS and _present(row.get("mps_thread_pct")):
         return Fraction(round(float(row["mps_thread_pct"])), 100)
-    if mode in ("naive", "mps"):
+    if mode in (Mode.NAIVE, Mode.MPS):
         return Fraction(1, max(int(clients), 1))
     return Fraction(1)
 
@@ -649,11 +652,12 @@ def _corner_note(fig: go.Figure, text: str, side: str, colour: str) -> None:
 
 
 def configuration_mode(configuration) -> str:
-    """The collocation mode of a configuration label: ``4g.40gb+3g.40gb`` → ``mig``."""
-    text = str(configuration or "none")
-    if text.startswith(("naive", "mps")):
+    """The collocation mode of a configuration label: ``4g.40gb+3g.40gb`` → ``mig``
+    (``mps+naive`` for a workload that mixed modes)."""
+    text = str(configuration or Mode.NONE)
+    if text.startswith((Mode.NAIVE, Mode.MPS)):
         return text.split(":")[0].split()[0]
-    return "mig" if text[:1].isdigit() else "none"
+    return Mode.MIG if text[:1].isdigit() else Mode.NONE
 
 
 def frontier_figure(table: pd.DataFrame, normalised: bool = False) -> go.Figure:

@@ -18,6 +18,7 @@ from typing import TypeVar
 import pandas as pd
 
 from radt.errors import RadtError
+from radt.tags import parent_id, run_kind
 
 T = TypeVar("T")
 TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
@@ -44,7 +45,8 @@ class RunInfo:
     status: str
     start_us: int
     level: str
-    """``client`` (a child run), ``provider`` (a workload's parent run) or ``run`` (alone)."""
+    """The run's :class:`radt.tags.RunKind` value: ``provider`` (a workload), ``client`` (one
+    of its runs), ``loader`` (its shared loader) or ``run`` (alone)."""
     parent_id: str | None
     experiment_id: str
     keys: tuple[str, ...]
@@ -100,20 +102,13 @@ def metric_keys(metric_names: Iterable[str]) -> tuple[str, ...]:
 def run_info(run) -> RunInfo:
     """A :class:`RunInfo` of an MLflow run."""
     tags = run.data.tags
-    parent = tags.get("mlflow.parentRunId") or None
-    if "radt.letter" in tags:  # a run of a workload
-        level = "client"
-    elif "radt.workload_runs" in tags:  # a workload (a study's nests under the study run)
-        level = "provider"
-    else:
-        level = "client" if parent else "run"
     return RunInfo(
         run_id=run.info.run_id,
         name=run.info.run_name or run.info.run_id[:8],
         status=run.info.status,
         start_us=int(run.info.start_time or 0) * 1000,
-        level=level,
-        parent_id=parent,
+        level=run_kind(tags).value,
+        parent_id=parent_id(tags),
         experiment_id=run.info.experiment_id,
         keys=metric_keys(run.data.metrics),
     )

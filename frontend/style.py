@@ -6,6 +6,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from dash import dcc
 
+from radt.tags import Mode
+
 PALETTE = (
     "#1f77b4",
     "#d62728",
@@ -20,7 +22,6 @@ PALETTE = (
 )
 """Run colours (plotly's D3 palette), in the order the runs are listed."""
 
-MODES = ("none", "naive", "mps", "mig")
 """Collocation modes in the order the compare charts list them."""
 
 MODE_COLOURS = {"none": "#7f7f7f", "naive": "#ff7f0e", "mps": "#2ca02c", "mig": "#1f77b4"}
@@ -39,7 +40,7 @@ def choice(id_: str, options: dict[str, str], value: str) -> dcc.RadioItems:
 
 def mode_colour(mode: str | None) -> str:
     """The colour of a collocation mode (grey for an unknown one)."""
-    return MODE_COLOURS.get(str(mode or "none"), "#444444")
+    return MODE_COLOURS.get(str(mode or Mode.NONE), "#444444")
 
 
 def empty_figure(message: str, title: str | None = None) -> go.Figure:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from radt import placeholders
+
 DEFAULT_TIMEOUT_S = 900.0
 
 # Time units as the tools spell them: nsys ``--timeunit`` column suffixes and
@@ -112,13 +114,11 @@ def timeout_option(options: dict[str, str], warn: Callable[[str], None], name: s
 
 
 def number(text: str) -> float:
-    """A value as a tool prints it (``13,485``, ``9,495.42``, ``6.75``); ValueError if none."""
-    cleaned = text.strip().replace(",", "")
-    if not cleaned:
-        raise ValueError("empty value")
-    value = float(cleaned)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"not a finite number: {text!r}")
+    """A report's value by :func:`radt.placeholders.number`'s rule; a missing one (``N/A``)
+    raises ValueError too, as a line of the report without it is skipped and counted."""
+    value = placeholders.number(text)
+    if value is None:
+        raise ValueError(f"no value: {text.strip()!r}")
     return value
 
 

@@ -1,7 +1,7 @@
 """Running NVIDIA command-line tools once, and reading their values; shared by ``smi`` and ``dcgm``.
 
 Both tools print a placeholder where a value is missing (``[N/A]``,
-``[Not Supported]``, ``N/A``, …; see :mod:`radt.placeholders`): :func:`number`
+``[Not Supported]``, ``N/A``, …): :func:`radt.placeholders.number`
 turns those into None (missing, never zero) and refuses anything else that is
 not a number, so that a garbled line is skipped and counted instead of being
 recorded wrong.
@@ -9,13 +9,10 @@ recorded wrong.
 
 from __future__ import annotations
 
-import math
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from radt.placeholders import is_placeholder
 
 from ._gpus import Gpu, parse_nvidia_smi_l, requested, resolve
 
@@ -74,17 +71,6 @@ def first_sentence(line: str) -> str:
     """``"NVIDIA-SMI has failed because .... Make sure ..."`` → the part before the first ``. ``."""
     head = line.strip().split(". ", 1)[0]
     return head.rstrip(".").strip()
-
-
-def number(text: str) -> float | None:
-    """A tool's value as a float; None for a placeholder; ValueError for anything else."""
-    value = text.strip()
-    if is_placeholder(value):
-        return None
-    result = float(value)
-    if not math.isfinite(result):
-        raise ValueError(f"not a finite number: {value!r}")
-    return result
 
 
 def list_gpus() -> list[Gpu]:

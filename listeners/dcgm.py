@@ -40,11 +40,13 @@ import time
 from dataclasses import dataclass, field
 
 from radt.listener import RunContext, Sample, samples_from
+from radt.placeholders import number
 from radt.record.streamed import StreamedListener
+from radt.tags import RADT_DCGM_FIELDS
 from radt.words import count
 
 from ._gpus import requested
-from ._tools import ToolError, first_sentence, found, gpus_of_run, number, run_tool
+from ._tools import ToolError, first_sentence, found, gpus_of_run, run_tool
 
 PROFILING_FIELDS: dict[int, tuple[str, str]] = {
     1001: ("GRACT", "gract_ratio"),
@@ -255,7 +257,7 @@ class DcgmListener(StreamedListener):
             with self._lock:
                 if self._cancelled:
                     return
-                run.set_tag("radt.dcgm.fields", ",".join(str(fid) for fid in self.fields))
+                run.set_tag(RADT_DCGM_FIELDS, ",".join(str(fid) for fid in self.fields))
                 super().start(run)
         except Exception as exc:
             run.warn(f"listener dcgm could not start ({exc}); the run goes on without it")

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from radt.listener import Listener, Option, RunContext, samples_from
+from radt.tags import RADT_NCU_CAPTURE, RADT_NCU_SKIPPED_LINES
 from radt.words import count
 
 from ._reports import (
@@ -207,9 +208,7 @@ class NcuListener(Listener):
                 command += ["--launch-count", str(int(count))]
             else:
                 run.warn(f"listener ncu: ignoring launch_count={count!r} (not a positive integer)")
-        run.set_tag(
-            "radt.ncu.capture", f"nvtx:{self.capture_range}" if self.capture_range else "all"
-        )
+        run.set_tag(RADT_NCU_CAPTURE, f"nvtx:{self.capture_range}" if self.capture_range else "all")
         return [*command, *argv]
 
     def start(self, run: RunContext) -> None:
@@ -247,7 +246,7 @@ class NcuListener(Listener):
             why = result.reason() if not result.ok else "no details table in its output"
             run.warn(f"listener ncu: cannot read {report.name}: ncu --import {why}")
             return
-        run.set_tag("radt.ncu.skipped_lines", str(summary.skipped))
+        run.set_tag(RADT_NCU_SKIPPED_LINES, str(summary.skipped))
         if summary.skipped:
             unreadable = count(summary.skipped, "unreadable line")
             run.warn(f"listener ncu: skipped {unreadable} of ncu --import")

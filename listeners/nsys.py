@@ -56,6 +56,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from radt.listener import Listener, Option, RunContext, samples_from
+from radt.tags import (
+    RADT_NSYS_CAPTURE,
+    RADT_NSYS_REPORT,
+    RADT_NSYS_SKIPPED_LINES,
+    RADT_NSYS_WALL_SOURCE,
+)
 from radt.words import count
 
 from ._reports import (
@@ -219,7 +225,7 @@ class NsysListener(Listener):
         elif capture not in ("all", "none", ""):
             run.warn(f"listener nsys: unknown capture={capture!r}; recording the whole run")
         run.set_tag(
-            "radt.nsys.capture", f"nvtx:{self.capture_range}" if self.capture_range else "all"
+            RADT_NSYS_CAPTURE, f"nvtx:{self.capture_range}" if self.capture_range else "all"
         )
         return [*command, *argv]
 
@@ -254,13 +260,13 @@ class NsysListener(Listener):
         if summary is None:
             run.warn(f"listener nsys: no kernel summary from {report.name}: {failure}")
             return
-        run.set_tag("radt.nsys.report", name)
-        run.set_tag("radt.nsys.skipped_lines", str(summary.skipped))
+        run.set_tag(RADT_NSYS_REPORT, name)
+        run.set_tag(RADT_NSYS_SKIPPED_LINES, str(summary.skipped))
         if summary.skipped:
             unreadable = count(summary.skipped, "unreadable line")
             run.warn(f"listener nsys: skipped {unreadable} of nsys stats")
         wall_ns = capture_wall_ns(report.with_suffix(".sqlite"))
-        run.set_tag("radt.nsys.wall_source", "nsys" if wall_ns else "launcher")
+        run.set_tag(RADT_NSYS_WALL_SOURCE, "nsys" if wall_ns else "launcher")
         if wall_ns is None:
             begun = self._started or self._wrapped
             wall_ns = (time.time() - begun) * 1e9 if begun else None

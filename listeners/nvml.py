@@ -26,14 +26,13 @@ from typing import Any
 import psutil
 
 from radt.listener import Emit, PolledListener, RunContext, Sample, samples_from
+from radt.tags import RADT_NVML_ENERGY_METHOD, RADT_NVML_POWER_SOURCE
 
 from ._gpus import Gpu, migs_of_run, requested, resolve
 from ._nvml_fields import NOT_AVAILABLE, POWER, Device, FieldReader, inventory
 from ._rates import MIB
 
 MIN_INTERVAL_S = 0.02
-ENERGY_TAG = "radt.nvml.energy_method.gpu{index}"
-POWER_TAG = "radt.nvml.power_source.gpu{index}"
 INSTANT, POWER_USAGE = "instant", "power_usage"
 """The values of the power-source tag: the instantaneous field, or nvmlDeviceGetPowerUsage."""
 
@@ -182,7 +181,7 @@ class NvmlListener(PolledListener):
                 return None
             watched.power_source = POWER_USAGE
             power_w = None if milliwatts is None else milliwatts / 1000.0
-        run.set_tag(POWER_TAG.format(index=watched.device.gpu.index), watched.power_source)
+        run.set_tag(f"{RADT_NVML_POWER_SOURCE}gpu{watched.device.gpu.index}", watched.power_source)
         return power_w
 
     def _start_energy(self, watched: _Watched, run: RunContext, power_w: float | None) -> None:
@@ -198,7 +197,9 @@ class NvmlListener(PolledListener):
             watched.energy_method = "integrated_power"
             if power_w is not None:
                 watched.last_power = (self._clock(), power_w)
-        run.set_tag(ENERGY_TAG.format(index=watched.device.gpu.index), watched.energy_method)
+        run.set_tag(
+            f"{RADT_NVML_ENERGY_METHOD}gpu{watched.device.gpu.index}", watched.energy_method
+        )
 
     def _energy(self, watched: _Watched, power_w: float | None, mono: float) -> float | None:
         """Joules since the run started, or None for this instant."""

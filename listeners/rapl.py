@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radt.listener import Option, PolledListener, RunContext, Sample, samples_from
+from radt.tags import RADT_RAPL_ZONES
 
 DEFAULT_ROOT = Path("/sys/class/powercap")
 ZONE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
@@ -35,7 +36,6 @@ MIN_INTERVAL_S = 0.02
 MAX_INTERVAL_S = 30.0
 """Read at least this often: two wraps between readings cannot be told from one. The
 smallest range known, AMD Zen's 65,532 J, lasts 65 s at 1 kW."""
-ZONES_TAG = "radt.rapl.zones"
 ROOT_ONLY = (
     "RAPL energy counters are readable by root only (since CVE-2020-8694); "
     "let users read them: sudo chmod o+r {root}/intel-rapl:*/energy_uj "
@@ -163,7 +163,7 @@ class RaplListener(PolledListener):
             raise RuntimeError(self.available() or f"no readable RAPL zone in {self.root}")
         if denied:
             run.warn(f"rapl: {', '.join(denied)} left out: {ROOT_ONLY.format(root=self.root)}")
-        run.set_tag(ZONES_TAG, ",".join(zone.entity for zone in self._zones))
+        run.set_tag(RADT_RAPL_ZONES, ",".join(zone.entity for zone in self._zones))
 
     def close(self) -> None:
         """Close every counter."""

@@ -25,11 +25,12 @@ import time
 from datetime import datetime
 
 from radt.listener import RunContext, Sample, samples_from
+from radt.placeholders import number
 from radt.record.streamed import StreamedListener
 from radt.words import count
 
 from ._gpus import Gpu
-from ._tools import ToolError, found, gpus_of_run, list_gpus, number
+from ._tools import ToolError, found, gpus_of_run, list_gpus
 
 QUERY: tuple[tuple[str, str | None], ...] = (
     ("timestamp", None),

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from radt.listener import Listener, Option, RunContext, samples_from
+from radt.tags import RADT_TORCH_ACTIVITIES, RADT_TORCH_PROCESSES, RADT_TORCH_SCHEDULE
 
 log = logging.getLogger(__name__)
 
@@ -368,7 +369,7 @@ class TorchListener(Listener):
         for key in DEFAULTS:
             run.env[ENV[key]] = str(self.options[key])
         schedule = f"skip {self.options['skip']}, record {self.options['steps']}"
-        run.set_tag("radt.torch.schedule", schedule)
+        run.set_tag(RADT_TORCH_SCHEDULE, schedule)
         return argv
 
     def start(self, run: RunContext) -> None:
@@ -413,8 +414,8 @@ class TorchListener(Listener):
                 if (directory / name).is_file():
                     run.attach(directory / name, target)
         cuda = any(t.get("cuda") for _, t in profiled)
-        run.set_tag("radt.torch.activities", "cpu,cuda" if cuda else "cpu")
-        run.set_tag("radt.torch.processes", " ".join(d.name for d, _ in profiled))
+        run.set_tag(RADT_TORCH_ACTIVITIES, "cpu,cuda" if cuda else "cpu")
+        run.set_tag(RADT_TORCH_PROCESSES, " ".join(d.name for d, _ in profiled))
 
         def total(field: str) -> float | None:
             values = [t.get(field) for _, t in profiled]

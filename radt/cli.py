@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from radt.console import guard_std_streams, install_lines
 from radt.errors import RadtError, UsageError
-from radt.plans.model import MODES
+from radt.tags import MODES
 
 if TYPE_CHECKING:
     from radt.launch.job import JobInputs

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from radt.tags import RADT_DOCTOR_LOAD
+
 PHASES = (("idle", 0.2), ("bursts", 0.3), ("idle", 0.1), ("full", 0.3), ("idle", 0.1))
 """Each phase and its share of the measured seconds, in order."""
 BURST_PERIOD_S = 0.2
@@ -45,7 +47,7 @@ def _sleep_until(moment: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Write the schedule, then keep it."""
-    parser = argparse.ArgumentParser(prog="radt.doctor_load", description=__doc__)
+    parser = argparse.ArgumentParser(prog=RADT_DOCTOR_LOAD, description=__doc__)
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--schedule", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from radt.errors import RadtError
+from radt.tags import RADT_DOCTOR, RADT_DOCTOR_LOAD, tag_filter
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ def measure(device: int, seconds: float, listeners: str) -> dict[str, float | No
             command=[
                 sys.executable,
                 "-m",
-                "radt.doctor_load",
+                RADT_DOCTOR_LOAD,
                 "--seconds",
                 f"{seconds:g}",
                 "--schedule",
@@ -207,7 +208,7 @@ def measure(device: int, seconds: float, listeners: str) -> dict[str, float | No
             ],
             experiment=EXPERIMENT,
             run_name=f"doctor-measure-gpu{device}",
-            tags={"radt.doctor": mark},
+            tags={RADT_DOCTOR: mark},
             listeners=listeners,
             interval_s=INTERVAL_S,
             devices=[str(device)],
@@ -220,7 +221,7 @@ def measure(device: int, seconds: float, listeners: str) -> dict[str, float | No
     client = connect(uri)
     runs = client.search_runs(
         [client.get_experiment_by_name(EXPERIMENT).experiment_id],
-        filter_string=f"tags.`radt.doctor` = '{mark}'",
+        filter_string=tag_filter(RADT_DOCTOR, mark),
     )
     run_id = runs[0].info.run_id
     sched = schedule_from(schedule_file)

@@ -11,6 +11,7 @@ recorded as missing, never as a value and never as zero.
 
 from __future__ import annotations
 
+import math
 import re
 
 _BRACKETED = re.compile(r"^\[[^\[\]]*\]$")
@@ -32,6 +33,19 @@ def is_placeholder(text: str) -> bool:
     """Whether ``text`` is a tool's word for "no value" (``[N/A]``, ``N/A``, ``Not Found`` …)."""
     value = text.strip()
     return bool(_BRACKETED.match(value)) or value.lower() in BARE_WORDS
+
+
+def number(text: str) -> float | None:
+    """A tool's value as a float (``6.75``, ``13,485``: thousands separators dropped); None for
+    a placeholder (missing, never zero); ValueError for anything else that is not a finite
+    number, so that a garbled value is skipped and counted instead of being recorded wrong."""
+    value = text.strip()
+    if is_placeholder(value):
+        return None
+    result = float(value.replace(",", ""))
+    if not math.isfinite(result):
+        raise ValueError(f"not a finite number: {value!r}")
+    return result
 
 
 def value_or_none(text: str) -> str | None:

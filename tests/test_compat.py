@@ -51,6 +51,41 @@ def test_values_are_not_placeholders(text):
 
 
 @pytest.mark.parametrize("word", PLACEHOLDERS)
+def test_every_tool_reader_reads_a_placeholder_by_one_rule(word):
+    """One number(): a placeholder is a missing value for the smi and dcgm listeners, and a
+    report's (nsys, ncu) line without its value is skipped, never read as zero."""
+    from radt.listeners._reports import number as report_number
+
+    from radt.placeholders import number
+
+    assert number(word) is None
+    with pytest.raises(ValueError, match="no value"):
+        report_number(word)
+
+
+@pytest.mark.parametrize(
+    "text, value", [("6.75", 6.75), (" 13,485 ", 13485.0), ("9,495.42", 9495.42), ("0", 0.0)]
+)
+def test_tool_numbers_are_read_with_thousands_separators(text, value):
+    from radt.listeners._reports import number as report_number
+
+    from radt.placeholders import number
+
+    assert number(text) == report_number(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "abc", "inf", "nan", "12 W"])
+def test_garbled_tool_values_are_refused(text):
+    from radt.listeners._reports import number as report_number
+
+    from radt.placeholders import number
+
+    for read in (number, report_number):
+        with pytest.raises(ValueError):
+            read(text)
+
+
+@pytest.mark.parametrize("word", PLACEHOLDERS)
 def test_smi_and_dcgm_record_a_placeholder_as_missing(word):
     from radt.listeners.dcgm import DcgmListener
     from radt.listeners.smi import SmiListener

@@ -18,8 +18,9 @@ from test_windows import COMMAND, P_ALONE, P_PAIR, Study, gpu, recorded_store, r
 
 import radt.analysis.summary as summary_module
 from radt.analysis.export import run_runs
-from radt.analysis.stored import FIGURES_TAG, VERSION
+from radt.analysis.stored import VERSION
 from radt.analysis.summary import summary
+from radt.tags import RADT_FIGURES
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +74,14 @@ def spy_on_samples(monkeypatch) -> list[str]:
 def test_every_run_of_a_family_carries_its_figures(recorded):
     client, _, ids = recorded
     for name, run_id in ids.items():
-        state = json.loads(client.get_run(run_id).data.tags[FIGURES_TAG])
+        state = json.loads(client.get_run(run_id).data.tags[RADT_FIGURES])
         assert state["version"] == VERSION, name
-    pair = json.loads(client.get_run(ids["pair"]).data.tags[FIGURES_TAG])
+    pair = json.loads(client.get_run(ids["pair"]).data.tags[RADT_FIGURES])
     assert pair["level"] == "provider"
     assert pair["family"] == sorted([ids["pair"], ids["a"], ids["b"]])
     # the overlap 8 → 15 s holds 700 of A's examples and 350 of B's
     assert pair["kid_examples"] == {ids["a"]: pytest.approx(700.0), ids["b"]: pytest.approx(350.0)}
-    assert json.loads(client.get_run(ids["alone"]).data.tags[FIGURES_TAG])["family"] == [
+    assert json.loads(client.get_run(ids["alone"]).data.tags[RADT_FIGURES])["family"] == [
         ids["alone"]
     ]
 
@@ -107,16 +108,16 @@ def test_looks_read_the_stored_figures_not_the_samples(recorded, monkeypatch):
 def test_stored_and_recomputed_figures_agree(recorded, monkeypatch):
     client, s, ids = recorded
     stored = summary("study", tracking_uri=s.uri)
-    tags = {run_id: client.get_run(run_id).data.tags[FIGURES_TAG] for run_id in ids.values()}
+    tags = {run_id: client.get_run(run_id).data.tags[RADT_FIGURES] for run_id in ids.values()}
     try:
         for run_id in ids.values():
-            client.delete_tag(run_id, FIGURES_TAG)
+            client.delete_tag(run_id, RADT_FIGURES)
         read = spy_on_samples(monkeypatch)
         recomputed = summary("study", tracking_uri=s.uri)
         assert sorted(read) == sorted(ids.values())
     finally:
         for run_id, value in tags.items():
-            client.set_tag(run_id, FIGURES_TAG, value)
+            client.set_tag(run_id, RADT_FIGURES, value)
     pd.testing.assert_frame_equal(stored, recomputed)
 
 

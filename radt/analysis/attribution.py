@@ -59,6 +59,15 @@ from radt.analysis.windows import (
     sampling_interval,
     unwrap_counter,
 )
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_COLLOCATION,
+    RADT_DEVICES,
+    RADT_MIG_INSTANCE,
+    RADT_MIG_PROFILE,
+    RADT_NVML_ENERGY_METHOD,
+    Mode,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -162,7 +171,7 @@ def crosscheck(
     for gpu in gpus:
         for listener in ENERGY_LISTENERS:
             counter = series.get((listener, gpu, "energy_j"))
-            own = tags.get(f"radt.nvml.energy_method.{gpu}") == "integrated_power"
+            own = tags.get(RADT_NVML_ENERGY_METHOD + gpu) == "integrated_power"
             if counter is None or len(counter[0]) < 2 or (listener == "nvml" and own):
                 continue
             power = series.get((listener, gpu, "power_w")) or next(
@@ -503,10 +512,10 @@ def compute_slices(profile: str | None) -> int | None:
 def client_gpus(tags: Mapping[str, str], gpus: Sequence[str]) -> list[str]:
     """The GPUs (``gpu0``) of ``gpus`` a client ran on: its MIG instance's, its device
     indices, else all."""
-    found = _MIG_INSTANCE.search(tags.get("radt.mig_instance") or "")
+    found = _MIG_INSTANCE.search(tags.get(RADT_MIG_INSTANCE) or "")
     if found:
         return [gpu for gpu in gpus if gpu == f"gpu{found.group(1)}"]
-    entries = [d.strip() for d in (tags.get("radt.devices") or "").split(",") if d.strip()]
+    entries = [d.strip() for d in (tags.get(RADT_DEVICES) or "").split(",") if d.strip()]
     if entries and all(entry.isdigit() for entry in entries):
         return [gpu for gpu in gpus if gpu in {f"gpu{int(e)}" for e in entries}]
     return list(gpus)
@@ -557,7 +566,7 @@ def attribute(
         record = records[run.info.run_id]
         if record.window is None or record.level == "loader":
             continue  # a shared loader takes no share: its CPU is in its workload's row
-        parent_id = record.tags.get("mlflow.parentRunId") or ""
+        parent_id = record.tags.get(MLFLOW_PARENT_RUN_ID) or ""
         parent = records.get(parent_id) if parent_id in extra else None
         kids = [records[k.info.run_id] for k in children.get(parent_id, [])] if parent else []
         kids = [k for k in kids if k.level == "client"]
@@ -622,8 +631,8 @@ def _sharer(kid: Record, gpu: str, mig: bool, workload: Mapping[str, Arrays], ow
         begin, end = -math.inf, math.inf
     if not mig:
         return Sharer(begin, end, own.get(f"nvml/{gpu}/proc/sm_pct"))
-    slices = compute_slices(kid.tags.get("radt.mig_profile"))
-    found = _MIG_INSTANCE.search(kid.tags.get("radt.mig_instance") or "")
+    slices = compute_slices(kid.tags.get(RADT_MIG_PROFILE))
+    found = _MIG_INSTANCE.search(kid.tags.get(RADT_MIG_INSTANCE) or "")
     activity = workload.get(f"dcgm/{gpu}/gi{found.group(2)}/gract_ratio") if found else None
     if activity is not None and slices is not None:
         activity = (activity[0], activity[1] * slices)
@@ -652,7 +661,7 @@ def _estimate(record: Record, parent: Record, kids: Sequence[Record], extra) -> 
             record.notes.append(f"no energy or power of {gpu}: estimated energy missing")
             return
         sharing = [k for k in kids if gpu in client_gpus(k.tags, gpus)]
-        mig = all(k.tags.get("radt.collocation") == "mig" for k in sharing)
+        mig = all(k.tags.get(RADT_COLLOCATION) == Mode.MIG for k in sharing)
         names = MIG_METHODS if mig else SHARE_METHODS
         sharers = [
             _sharer(k, gpu, mig, extra[parent.run_id], extra.get(k.run_id, {})) for k in sharing

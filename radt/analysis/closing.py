@@ -27,6 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_BASIS,
+    RADT_COLLOCATION,
+    RADT_LETTER,
+    RADT_WARMUP,
+    RADT_WINDOW_NOTE,
+    run_kind,
+    tag_filter,
+)
+
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
@@ -102,14 +113,6 @@ def key_table(samples: pa.Table | Iterable[pa.Table]) -> pa.Table:
     return table.sort_by("key")
 
 
-def _level(tags: Mapping[str, str]) -> str:
-    if "radt.letter" in tags:  # a run of a workload (its shared loader: radt.role=loader)
-        return "loader" if tags.get("radt.role") == "loader" else "client"
-    if "radt.workload_runs" in tags:  # a workload (a study's has the study run as its parent)
-        return "provider"
-    return "client" if tags.get("mlflow.parentRunId") else "run"
-
-
 def closing_figures(
     client,
     run_id: str,
@@ -140,7 +143,7 @@ def closing_figures(
         run_id=run_id,
         experiment_id=experiment_id,
         status=status,
-        level=_level(tags),
+        level=run_kind(tags),
         tags=dict(tags),
         params=dict(params or {}),
         start_s=started_s,
@@ -156,7 +159,7 @@ def closing_figures(
         return _figures(record, samples, ended_s, kids, candidates)
     except Exception as exc:  # noqa: BLE001 - the run completes whatever its figures do
         problem = f"the closing figures could not be computed ({type(exc).__name__}: {exc})"
-        return Closing(tags={"radt.window_note": problem[:MAX_TAG]}, problem=problem)
+        return Closing(tags={RADT_WINDOW_NOTE: problem[:MAX_TAG]}, problem=problem)
 
 
 def _figures(record: Record, samples, ended_s, kids, candidates) -> Closing:
@@ -177,7 +180,7 @@ def _figures(record: Record, samples, ended_s, kids, candidates) -> Closing:
     closing = Closing()
     if record.level == "provider":
         if kids is None:
-            closing.tags["radt.window_note"] = (
+            closing.tags[RADT_WINDOW_NOTE] = (
                 "provider figures: a run's samples were not available when the workload closed; "
                 "radt.summary computes them from the artifacts"
             )
@@ -200,11 +203,11 @@ def _figures(record: Record, samples, ended_s, kids, candidates) -> Closing:
         value = record.window.seconds if name == "window_s" else record.figures.get(name, NAN)
         if value is not None and math.isfinite(value):
             closing.metrics[name] = float(value)
-    closing.tags["radt.basis"] = record.basis
-    closing.tags["radt.warmup"] = record.window.warmup
+    closing.tags[RADT_BASIS] = record.basis
+    closing.tags[RADT_WARMUP] = record.window.warmup
     notes = "; ".join(dict.fromkeys(record.notes))
     if notes:
-        closing.tags["radt.window_note"] = notes[:MAX_TAG]
+        closing.tags[RADT_WINDOW_NOTE] = notes[:MAX_TAG]
     return closing
 
 
@@ -218,13 +221,13 @@ def _baselines(client, record: Record) -> list[Record]:
     runs = search_all(
         client,
         [record.experiment_id],
-        "tags.`radt.collocation` = 'none' and attributes.status = 'FINISHED'",
+        f"{tag_filter(RADT_COLLOCATION, 'none')} and attributes.status = 'FINISHED'",
     )
     for run in runs:
         if run.info.run_id == record.run_id:
             continue
-        candidate = Record.of(run, _level(run.data.tags))
-        basis = run.data.tags.get("radt.basis")
+        candidate = Record.of(run, run_kind(run.data.tags))
+        basis = run.data.tags.get(RADT_BASIS)
         if basis is None:
             continue  # recorded before radT logged its basis: radt.summary has it
         metric = "window_s" if basis.startswith("duration") else "time_per_example_ns"
@@ -242,9 +245,9 @@ def _clients_of(client, record: Record) -> list[Record] | None:
     from radt.record.runfolder import radt_home, runs_root
 
     runs = search_all(
-        client, [record.experiment_id], f"tags.`mlflow.parentRunId` = '{record.run_id}'"
+        client, [record.experiment_id], tag_filter(MLFLOW_PARENT_RUN_ID, record.run_id)
     )
-    runs.sort(key=lambda r: (r.data.tags.get("radt.letter") or "", r.info.start_time or 0))
+    runs.sort(key=lambda r: (r.data.tags.get(RADT_LETTER) or "", r.info.start_time or 0))
     kids = []
     for run in runs:
         path = cached_samples(client, run, radt_home() / "cache")
@@ -253,7 +256,7 @@ def _clients_of(client, record: Record) -> list[Record] | None:
             path = Path(local)
         if path is None:
             return None
-        kid = Record.of(run, _level(run.data.tags))
+        kid = Record.of(run, run_kind(run.data.tags))
         try:  # a piece at a time: memory holds the series, not the run's samples
             kid.series, kid.timeline = run_series(
                 file_pieces(path, KeyFilter(SUMMARY_KEYS)), kid.tags

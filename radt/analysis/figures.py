@@ -31,6 +31,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from radt.tags import RADT_NVML_ENERGY_METHOD
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
@@ -210,7 +212,7 @@ def energy_method(
     for gpu, (listener, method) in used.items():
         if method == "integrated_power":
             return "integrated_power"
-        if listener == "nvml" and tags.get(f"radt.nvml.energy_method.{gpu}") == "integrated_power":
+        if listener == "nvml" and tags.get(RADT_NVML_ENERGY_METHOD + gpu) == "integrated_power":
             return "integrated_power"
     return "counter"
 

@@ -38,6 +38,17 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from radt.errors import AnalysisError
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_COLLOCATION,
+    RADT_LETTER,
+    RADT_MIG_PROFILE,
+    RADT_MPS_THREAD_PCT,
+    RADT_POWER_LIMIT_W,
+    RADT_PROBE,
+    RADT_STUDY_FILE,
+    RADT_WORKLOAD,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,13 +70,13 @@ MAX_THREADS = 16
 TAG_COLUMNS: dict[str, str | None] = {
     "run_name": None,
     "status": None,
-    "parent_run_id": "mlflow.parentRunId",
-    "workload": "radt.workload",
-    "collocation": "radt.collocation",
-    "mig_profile": "radt.mig_profile",
-    "mps_thread_pct": "radt.mps_thread_pct",
-    "power_limit_w": "radt.power_limit_w",
-    "letter": "radt.letter",
+    "parent_run_id": MLFLOW_PARENT_RUN_ID,
+    "workload": RADT_WORKLOAD,
+    "collocation": RADT_COLLOCATION,
+    "mig_profile": RADT_MIG_PROFILE,
+    "mps_thread_pct": RADT_MPS_THREAD_PCT,
+    "power_limit_w": RADT_POWER_LIMIT_W,
+    "letter": RADT_LETTER,
 }
 """Run columns of the tidy frame and the MLflow tag each comes from (None: run info)."""
 SAMPLE_COLUMNS = ("run_id", "key", "timestamp", "value", "listener", "entity")
@@ -184,7 +195,7 @@ def select_runs(
     if include_workload:
         have = {r.info.run_id for r in chosen}
         for run in list(chosen):
-            parent = run.data.tags.get("mlflow.parentRunId")
+            parent = run.data.tags.get(MLFLOW_PARENT_RUN_ID)
             if parent and parent not in have and not grouping(run):
                 with contextlib.suppress(AnalysisError):
                     found = _get_run(client, parent)
@@ -198,12 +209,12 @@ def grouping(run) -> bool:
     """Whether ``run`` only groups others: a study's run (tag ``radt.study_file``) or a
     batch-size search's (``radt.probe=search``); it has no samples or figures of its own."""
     tags = run.data.tags
-    return "radt.study_file" in tags or tags.get("radt.probe") == "search"
+    return RADT_STUDY_FILE in tags or tags.get(RADT_PROBE) == "search"
 
 
 def probe(run) -> bool:
     """Whether ``run`` belongs to a batch-size search (tag ``radt.probe``): not a measurement."""
-    return "radt.probe" in run.data.tags
+    return RADT_PROBE in run.data.tags
 
 
 def _get_run(client, run_id: str):

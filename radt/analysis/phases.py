@@ -51,6 +51,7 @@ from radt.analysis.load import (
     open_client,
     select_runs,
 )
+from radt.tags import MLFLOW_PARENT_RUN_ID
 
 if TYPE_CHECKING:
     import numpy as np
@@ -483,9 +484,9 @@ def phases(
     by_id = {r.info.run_id: r for r in selected}
     wanted = [r for r in selected if r.info.run_id in found]
     parents = {
-        r.data.tags.get("mlflow.parentRunId")
+        r.data.tags.get(MLFLOW_PARENT_RUN_ID)
         for r in wanted
-        if r.data.tags.get("mlflow.parentRunId") in by_id
+        if r.data.tags.get(MLFLOW_PARENT_RUN_ID) in by_id
     }
     readers = [r for r in selected if r.info.run_id in found or r.info.run_id in parents]
     tables, _ = load_tables(client, readers, KeyFilter(ENERGY_KEYS), cache_dir=cache)
@@ -493,7 +494,7 @@ def phases(
     for run in wanted:
         own = tables[run.info.run_id]
         source, scope = run, "run"
-        parent = run.data.tags.get("mlflow.parentRunId")
+        parent = run.data.tags.get(MLFLOW_PARENT_RUN_ID)
         if not _has_gpu(own) and parent in tables and _has_gpu(tables[parent]):
             source, scope = by_id[parent], "workload"
         samples = tables[source.info.run_id].to_pandas()

@@ -4,7 +4,7 @@ When a lone run or a workload (with its runs) completes, :func:`family_figures`
 computes the figures :func:`radt.analysis.summary.summary` shows for them (the
 windows, the figures over them and the energy attribution) from their samples,
 the same code as the summary's, and the closing step stores each run's as the
-tag :data:`FIGURES_TAG` (JSON). :func:`restore` puts them back into the
+tag :data:`radt.tags.RADT_FIGURES` (JSON). :func:`restore` puts them back into the
 summary's records, so that a look reads one page of runs instead of every
 run's samples. The figures that compare runs with each other (slowdown,
 normalised figures) are still computed at each look: they depend on which
@@ -21,10 +21,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_FIGURES,
+    RunKind,
+    child_order,
+    run_kind,
+    tag_filter,
+)
+
 if TYPE_CHECKING:
     from radt.analysis.summary import Record
 
-FIGURES_TAG = "radt.figures"
 VERSION = 2
 """Bumped whenever what the figures are changes: older tags are then recomputed."""
 MAX_TAG_CHARS = 8000
@@ -35,7 +43,7 @@ log = logging.getLogger(__name__)
 
 def family_of(record: Record, records: Mapping[str, Record]) -> str:
     """The run whose family ``record`` is computed with: its workload, else itself."""
-    parent = record.tags.get("mlflow.parentRunId") or ""
+    parent = record.tags.get(MLFLOW_PARENT_RUN_ID) or ""
     if record.level in ("client", "loader") and parent in records:
         return parent
     return record.run_id
@@ -77,7 +85,7 @@ def state_of(record: Record, family: Sequence[str], kids: Sequence[Record] = ())
 
 
 def _load(record: Record, family: Sequence[str]) -> dict | None:
-    text = record.tags.get(FIGURES_TAG)
+    text = record.tags.get(RADT_FIGURES)
     if not text:
         return None
     try:
@@ -133,7 +141,7 @@ def family_figures(
     samples_path: Path,
     cache_dir: Path | None = None,
 ) -> dict[str, str]:
-    """The :data:`FIGURES_TAG` value of each run of the family that ``run`` completes.
+    """The :data:`radt.tags.RADT_FIGURES` value of each run of the family that ``run`` completes.
 
     ``run`` is the MLflow run as it is while it completes (still RUNNING); ``status``,
     ``end_ms`` (MLflow's end time) and ``tags`` as they will be; ``samples_path`` its
@@ -144,30 +152,26 @@ def family_figures(
     """
     from radt.analysis.attribution import attribute
     from radt.analysis.load import _Plan, grouping, prepare, probe, search_all
-    from radt.analysis.summary import LOADER_ROLE, Record, _child_order, _compute
+    from radt.analysis.summary import Record, _compute
 
     if grouping(run) or probe(run):
         return {}
     info = run.info
-    parent = tags.get("mlflow.parentRunId")
-    kids = search_all(client, [info.experiment_id], f"tags.`mlflow.parentRunId` = '{info.run_id}'")
-    kids = sorted((k for k in kids if not (grouping(k) or probe(k))), key=_child_order)
-    provider = bool(kids) or ("radt.workload_runs" in tags and "radt.letter" not in tags)
-    if not provider and parent:
+    parent = tags.get(MLFLOW_PARENT_RUN_ID)
+    kids = search_all(client, [info.experiment_id], tag_filter(MLFLOW_PARENT_RUN_ID, info.run_id))
+    kids = sorted((k for k in kids if not (grouping(k) or probe(k))), key=child_order)
+    level = run_kind(tags, has_children=bool(kids))
+    if level != RunKind.WORKLOAD and parent:
         above = client.get_run(parent)
         if not (grouping(above) or probe(above)):
             return {}  # its workload's: stored when that completes
-    level = "provider" if provider else ("client" if parent else "run")
-    if level == "client" and tags.get("radt.role") == LOADER_ROLE:
-        level = "loader"
     own = Record.of(run, level)
     own.status = status
     own.tags = dict(tags)
     own.end_s = end_ms / 1000.0 if end_ms else math.nan
     records = {info.run_id: own}
     for kid in kids:
-        role = kid.data.tags.get("radt.role") == LOADER_ROLE
-        records[kid.info.run_id] = Record.of(kid, "loader" if role else "client")
+        records[kid.info.run_id] = Record.of(kid, run_kind(kid.data.tags))
     children = {info.run_id: kids} if kids else {}
     plans = [
         _Plan(run, None, None, samples_path, "artifact"),

@@ -75,6 +75,24 @@ from radt.analysis.load import (
 )
 from radt.analysis.stored import restore
 from radt.errors import UsageError
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_COLLOCATION,
+    RADT_COMMAND,
+    RADT_JOB,
+    RADT_JOB_IGNORE,
+    RADT_LETTER,
+    RADT_LOADER,
+    RADT_MIG_PROFILE,
+    RADT_MPS_THREAD_PCT,
+    RADT_POWER_LIMIT_W,
+    RADT_ROLE,
+    RADT_SLURM_JOB_ID,
+    RADT_SLURM_NODE,
+    Mode,
+    RunKind,
+    RunTree,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -171,7 +189,6 @@ REPEAT_FIGURES = (
 REPEAT_KEYS = ("view", "job", "configuration", "power_limit_w", "basis")
 """What makes runs repeats of each other (with the view: providers or clients)."""
 STATISTICS = ("mean", "std", "min", "max")
-LOADER_ROLE = "loader"
 SHARED_LOADER = " + shared loader"
 """How a configuration label says that its trainings shared one data loader."""
 COMPARISON_FIGURES = (
@@ -223,12 +240,12 @@ def job_of(tags: Mapping[str, str], params: Mapping[str, str] | None = None) -> 
     (space-separated), each with its value. A run without a ``radt.command``
     tag falls back to its params (minus the same flags).
     """
-    job = (tags.get("radt.job") or "").strip()
+    job = (tags.get(RADT_JOB) or "").strip()
     if job:
         return job
-    ignored = [*SEED_FLAGS, *(tags.get("radt.job_ignore") or "").split()]
+    ignored = [*SEED_FLAGS, *(tags.get(RADT_JOB_IGNORE) or "").split()]
     params = params or {}
-    command = tags.get("radt.command") or params.get("radt.command")
+    command = tags.get(RADT_COMMAND) or params.get(RADT_COMMAND)
     if command:
         try:
             argv = shlex.split(command)
@@ -236,9 +253,7 @@ def job_of(tags: Mapping[str, str], params: Mapping[str, str] | None = None) -> 
             argv = command.split()
         return shlex.join(strip_flags(argv, ignored))
     names = {name.lstrip("-") for name in ignored}
-    pairs = [
-        f"{k}={v}" for k, v in sorted(params.items()) if k != "radt.command" and k not in names
-    ]
+    pairs = [f"{k}={v}" for k, v in sorted(params.items()) if k != RADT_COMMAND and k not in names]
     return " ".join(pairs) or None
 
 
@@ -261,13 +276,13 @@ def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
     ``mps:70+30``.
     """
     n = len(runs_tags)
-    modes = sorted({(t.get("radt.collocation") or "none") for t in runs_tags} or {"none"})
-    if modes == ["none"]:
+    modes = sorted({(t.get(RADT_COLLOCATION) or "none") for t in runs_tags} or {"none"})
+    if modes == [Mode.NONE]:
         return "none" if n <= 1 else f"none x{n}"
-    if modes == ["mig"]:
+    if modes == [Mode.MIG]:
         profiles: list[str] = []
         for tags in runs_tags:
-            profile = tags.get("radt.mig_profile")
+            profile = tags.get(RADT_MIG_PROFILE)
             if _present(profile):
                 profiles.append(str(profile))
         if len(profiles) == n:
@@ -275,8 +290,8 @@ def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
                 profiles = profiles[0].split("+")  # every run carries the workload's list
             return "+".join(sorted(profiles, key=_profile_size, reverse=True))
         return f"mig x{n}"
-    if modes == ["mps"]:
-        shares = [t.get("radt.mps_thread_pct") for t in runs_tags]
+    if modes == [Mode.MPS]:
+        shares = [t.get(RADT_MPS_THREAD_PCT) for t in runs_tags]
         known = [f"{float(s):g}" for s in shares if _present(s)]
         if not known:
             return f"mps x{n}"
@@ -284,7 +299,7 @@ def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
             return f"mps:{known[0]} x{n}"
         ordered = sorted(known, key=float, reverse=True) + ["?"] * (n - len(known))
         return "mps:" + "+".join(ordered)
-    if modes == ["naive"]:
+    if modes == [Mode.NAIVE]:
         return f"naive x{n}"
     return "+".join(modes) + f" x{n}"
 
@@ -297,7 +312,7 @@ def workload_configuration(clients_tags: Sequence[Mapping[str, str]], shared: bo
 
 def loader_mode(tags: Mapping[str, str]) -> str:
     """``shared`` for the runs of a workload with a shared loader, else ``own``."""
-    return "shared" if tags.get("radt.loader") == "shared" else "own"
+    return "shared" if tags.get(RADT_LOADER) == "shared" else "own"
 
 
 # --------------------------------------------------------------------------- one run's record
@@ -372,7 +387,7 @@ class Record:
     @property
     def power(self) -> str | None:
         """The power limit as recorded; None at the default."""
-        value = self.tags.get("radt.power_limit_w")
+        value = self.tags.get(RADT_POWER_LIMIT_W)
         return str(value) if _present(value) else None
 
     @property
@@ -385,9 +400,9 @@ class Record:
     @property
     def alone(self) -> bool:
         """Whether the run had the GPU to itself (collocation ``none``)."""
-        mode = self.tags.get("radt.collocation")
+        mode = self.tags.get(RADT_COLLOCATION)
         return self.level != "provider" and (
-            mode == "none" or (mode is None and self.level == "run")
+            mode == Mode.NONE or (mode is None and self.level == "run")
         )
 
     @property
@@ -397,7 +412,7 @@ class Record:
         return (
             self.alone
             and self.level in ("client", "run")
-            and self.tags.get("radt.role") != "consumer"
+            and self.tags.get(RADT_ROLE) != "consumer"
             and self.status == "FINISHED"
             and self.job is not None
             and math.isfinite(self.work)
@@ -522,7 +537,7 @@ def _cpu_figures(record: Record, runs: Sequence[Record], whole: bool) -> None:
         for run in runs:
             used, why = cpu_between(run.series, window.start_s, window.end_s)
             if not math.isfinite(used):
-                name = run.tags.get("radt.letter") or run.run_id
+                name = run.tags.get(RADT_LETTER) or run.run_id
                 who = f"run {name}: " if run is not record else ""
                 record.notes.append(f"{who}{why}: CPU missing")
                 cpu = NAN
@@ -565,9 +580,7 @@ def _provider(record: Record, kids: Sequence[Record], loaders: Sequence[Record] 
         examples = finite_sum(k.examples_total for k in kids)
         basis = "examples_lifetime" if math.isfinite(examples) else "duration_lifetime"
         silent = [
-            k.tags.get("radt.letter") or k.run_id
-            for k in kids
-            if not math.isfinite(k.examples_total)
+            k.tags.get(RADT_LETTER) or k.run_id for k in kids if not math.isfinite(k.examples_total)
         ]
         if silent and basis == "examples_lifetime":
             record.notes.append(no_examples_note(silent))
@@ -585,7 +598,7 @@ def _provider(record: Record, kids: Sequence[Record], loaders: Sequence[Record] 
         _cpu_figures(record, [*kids, *loaders], True)
         _per_example(record)
         return
-    clients = [(k.tags.get("radt.letter") or k.run_id, k.window, k.timeline) for k in kids]
+    clients = [(k.tags.get(RADT_LETTER) or k.run_id, k.window, k.timeline) for k in kids]
     window = record.window = provider_window(clients, device_interval_s(record.series))
     record.examples_total = finite_sum(k.examples_total for k in kids)
     if window.note:
@@ -759,7 +772,7 @@ def _norm_provider(
 
 
 def _params(run) -> str | None:
-    params = {k: v for k, v in run.data.params.items() if k != "radt.command"}
+    params = {k: v for k, v in run.data.params.items() if k != RADT_COMMAND}
     return " ".join(f"{k}={v}" for k, v in sorted(params.items())) or None
 
 
@@ -787,7 +800,7 @@ def _row(record: Record, configuration: str) -> dict:
         else NAN
     )
     row = {
-        "level": record.level,
+        "level": str(record.level),
         "run_id": info.run_id,
         "run_name": tags["run_name"],
         "workload": tags["workload"],
@@ -801,7 +814,7 @@ def _row(record: Record, configuration: str) -> dict:
         "job": record.job,
         "configuration": configuration,
         "loader": loader_mode(run.data.tags),
-        "command": run.data.tags.get("radt.command"),
+        "command": run.data.tags.get(RADT_COMMAND),
         "params": _params(run),
         "start": _stamp_s(_seconds(info.start_time)),
         "end": _stamp_s(_seconds(info.end_time)),
@@ -818,8 +831,8 @@ def _row(record: Record, configuration: str) -> dict:
         "baseline_run_id": None,
         "baseline_cv_pct": NAN,
         "experiment_id": info.experiment_id,
-        "slurm_job_id": run.data.tags.get("radt.slurm.job_id"),
-        "slurm_node": run.data.tags.get("radt.slurm.node"),
+        "slurm_job_id": run.data.tags.get(RADT_SLURM_JOB_ID),
+        "slurm_node": run.data.tags.get(RADT_SLURM_NODE),
     }
     row.update(record.figures)
     return row
@@ -903,27 +916,10 @@ def summary(
     chosen = [r for r in chosen if not (grouping(r) or probe(r))]
     context = [r for r in context if not (grouping(r) or probe(r))]
     by_id = {r.info.run_id: r for r in [*context, *chosen]}
-    children: dict[str, list] = {}
-    for run in by_id.values():
-        parent = run.data.tags.get("mlflow.parentRunId")
-        if parent:
-            children.setdefault(parent, []).append(run)
-    for kids in children.values():
-        kids.sort(key=_child_order)
-    parents = set(children) | {
-        r.info.run_id
-        for r in by_id.values()
-        if "radt.workload_runs" in r.data.tags and "radt.letter" not in r.data.tags
-    }
-
-    def level(run) -> str:
-        if run.info.run_id in parents:
-            return "provider"
-        if not run.data.tags.get("mlflow.parentRunId"):
-            return "run"
-        return "loader" if run.data.tags.get("radt.role") == LOADER_ROLE else "client"
-
-    records = {run.info.run_id: Record.of(run, level(run)) for run in by_id.values()}
+    tree = RunTree(by_id.values())
+    children = tree.children
+    records = {run.info.run_id: Record.of(run, tree.kind(run)) for run in by_id.values()}
+    parents = {i for i, record in records.items() if record.level == RunKind.WORKLOAD}
     chosen_ids = {r.info.run_id for r in chosen}
     wanted = set(chosen_ids)
     for pid in chosen_ids & parents:
@@ -931,10 +927,10 @@ def summary(
     jobs = {(records[i].experiment_id, records[i].job) for i in wanted if records[i].job}
     for record in records.values():  # baselines of the chosen runs' jobs, with their workloads
         same_job = (record.experiment_id, record.job) in jobs
-        alone = record.tags.get("radt.collocation") in ("none", None)
+        alone = record.tags.get(RADT_COLLOCATION) in (Mode.NONE, None)
         if record.level != "provider" and same_job and alone:
             wanted.add(record.run_id)
-            parent = record.tags.get("mlflow.parentRunId")
+            parent = record.tags.get(MLFLOW_PARENT_RUN_ID)
             if parent in records:
                 wanted.add(parent)
     needed = [by_id[i] for i in sorted(wanted, key=lambda i: _order(by_id[i]))]
@@ -959,12 +955,12 @@ def summary(
             shared = loader_mode(record.tags) == "shared"
             row = _row(record, workload_configuration([k.tags for k in clients], shared))
             row["job"] = " + ".join(dict.fromkeys(k.job for k in clients if k.job)) or None
-            row["command"] = " | ".join(k.tags.get("radt.command", "?") for k in clients) or None
+            row["command"] = " | ".join(k.tags.get(RADT_COMMAND, "?") for k in clients) or None
             row["params"] = None
             row.update(_norm_provider(record, clients, baselines))
             parent = None
         else:
-            parent = records.get(record.tags.get("mlflow.parentRunId") or "")
+            parent = records.get(record.tags.get(MLFLOW_PARENT_RUN_ID) or "")
             kin = (
                 [records[s.info.run_id] for s in children.get(parent.run_id, [])] if parent else []
             )
@@ -985,7 +981,7 @@ def summary(
     ordered: list[dict] = []
     for run in chosen:  # oldest first; a workload's clients follow its provider row
         run_id = run.info.run_id
-        parent = run.data.tags.get("mlflow.parentRunId")
+        parent = run.data.tags.get(MLFLOW_PARENT_RUN_ID)
         if parent in rows:
             continue
         ordered.append(rows[run_id])
@@ -1002,16 +998,6 @@ def summary(
 
 def _order(run) -> tuple:
     return (run.info.start_time or 0, run.info.run_id)
-
-
-def _child_order(run) -> tuple:
-    """A workload's runs by letter, its shared loader last."""
-    tags = run.data.tags
-    return (
-        tags.get("radt.role") == LOADER_ROLE,
-        tags.get("radt.letter") or "",
-        run.info.start_time or 0,
-    )
 
 
 def run_series(
@@ -1092,7 +1078,7 @@ def _compute(client, records: dict[str, Record], plans: Sequence, children) -> d
         if record.level == "loader":
             _loader(record)
             continue
-        parent = records.get(record.tags.get("mlflow.parentRunId") or "")
+        parent = records.get(record.tags.get(MLFLOW_PARENT_RUN_ID) or "")
         parent = parent if parent is not None and parent.run_id in ids else None
         kids = children.get(parent.run_id, []) if parent else []
         siblings = sum(records[k.info.run_id].level == "client" for k in kids) if parent else 1

@@ -53,6 +53,7 @@ from radt.analysis.figures import (
     epoch_seconds,
     gpu_figures,
 )
+from radt.tags import RADT_COMMAND_END_S, RADT_COMMAND_START_S, RADT_WARMUP_EPOCHS, RADT_WARMUP_S
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -172,15 +173,15 @@ def timeline(frame: pd.DataFrame | None, tags: Mapping[str, str]) -> Timeline:
         counter_s, counter = _dedupe(counter_s, counter)
         epoch_s = _times(frame, EPOCH_KEY)[0]
         mark_s = _times(frame, WINDOW_MARK_KEY)[0]
-    epochs = _number(tags.get("radt.warmup_epochs"))
-    seconds = _number(tags.get("radt.warmup_s"))
+    epochs = _number(tags.get(RADT_WARMUP_EPOCHS))
+    seconds = _number(tags.get(RADT_WARMUP_S))
     return Timeline(
         counter_s=counter_s,
         counter=counter,
         epoch_s=epoch_s,
         mark_s=mark_s,
-        command_start_s=_number(tags.get("radt.command_start_s")),
-        command_end_s=_number(tags.get("radt.command_end_s")),
+        command_start_s=_number(tags.get(RADT_COMMAND_START_S)),
+        command_end_s=_number(tags.get(RADT_COMMAND_END_S)),
         warmup_epochs=int(epochs) if math.isfinite(epochs) and epochs >= 0 else None,
         warmup_s=seconds if math.isfinite(seconds) and seconds >= 0 else None,
     )

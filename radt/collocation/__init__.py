@@ -10,9 +10,10 @@ fail. See ``mig.py``, ``mps.py`` and ``power.py`` for how each one decides.
 """
 
 from radt.collocation.backend import check, setup
-from radt.collocation.common import MODES, Slot, SlotRequest
+from radt.collocation.common import Slot, SlotRequest
 from radt.collocation.mps import after_start, server_list
 from radt.collocation.teardown import Teardown
+from radt.tags import MODES
 
 __all__ = [
     "MODES",

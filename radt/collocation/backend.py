@@ -8,7 +8,6 @@ from typing import Any
 
 from radt.collocation import clocks, mig, mps, nvsmi, power
 from radt.collocation.common import (
-    MODES,
     Slot,
     SlotRequest,
     describe_gpus,
@@ -20,6 +19,17 @@ from radt.collocation.common import (
 )
 from radt.collocation.teardown import Teardown
 from radt.errors import RadtError
+from radt.tags import (
+    MODES,
+    RADT_COLLOCATION,
+    RADT_DEVICES,
+    RADT_GPU_CLOCK_MHZ,
+    RADT_MIG_INSTANCE,
+    RADT_MIG_PROFILE,
+    RADT_MPS_THREAD_PCT,
+    RADT_POWER_LIMIT_W,
+    Mode,
+)
 
 Gpus = list[nvsmi.GpuListing]
 
@@ -50,8 +60,8 @@ def check(
     for r in requests:
         for message in _request_problems(r):
             add(f"{at([r.line])}: {message}")
-    gpu_rows = [r for r in requests if r.mode in ("mps", "mig")]
-    mps_rows = [r for r in requests if r.mode == "mps"]
+    gpu_rows = [r for r in requests if r.mode in (Mode.MPS, Mode.MIG)]
+    mps_rows = [r for r in requests if r.mode == Mode.MPS]
     gpu_clocks = gpu_clocks or {}
     power_lines = [
         r.line for r in requests if _raw_index(r) in power_limits or _raw_index(r) in gpu_clocks
@@ -60,7 +70,7 @@ def check(
     needs_smi = bool(gpu_rows or power_limits or gpu_clocks)
     if needs_smi and not nvsmi.available(nvsmi.SMI):
         what = " and ".join(
-            [m for m in ("mig", "mps") if any(r.mode == m for r in gpu_rows)]
+            [m for m in (Mode.MIG, Mode.MPS) if any(r.mode == m for r in gpu_rows)]
             + (["a power limit"] if power_limits else [])
             + (["a GPU clock"] if gpu_clocks else [])
         )
@@ -70,7 +80,7 @@ def check(
             f"{at([r.line for r in mps_rows])}: mps needs nvidia-cuda-mps-control, "
             "which is not on PATH"
         )
-    naive_rows = [r for r in requests if r.mode == "naive" and r.device is not None]
+    naive_rows = [r for r in requests if r.mode == Mode.NAIVE and r.device is not None]
     gpus: Gpus | None = None
     if nvsmi.available(nvsmi.SMI) and (needs_smi or naive_rows):
         try:
@@ -85,7 +95,9 @@ def check(
 
     by_gpu: dict[int, list[SlotRequest]] = {}
     for r in requests:
-        if r.mode not in ("naive", "mps", "mig") or (r.mode == "naive" and r.device is None):
+        if r.mode not in (Mode.NAIVE, Mode.MPS, Mode.MIG) or (
+            r.mode == Mode.NAIVE and r.device is None
+        ):
             continue
         gpu = find_gpu(r.device, gpus)
         if gpu is None:
@@ -100,11 +112,11 @@ def check(
             add(f"{at(lines)}: {message}")
         if mixed:
             continue
-        mig_rows = [r for r in rows if r.mode == "mig"]
+        mig_rows = [r for r in rows if r.mode == Mode.MIG]
         if mig_rows:
             for message in mig.check_gpu(gpu, mig_rows, at):
                 add(message)
-        whole = [r for r in rows if r.mode in ("naive", "mps")]
+        whole = [r for r in rows if r.mode in (Mode.NAIVE, Mode.MPS)]
         if whole and (mode := mig_mode(index)) and mode[0] == "Enabled":
             kind = "/".join(sorted({r.mode for r in whole}))
             add(
@@ -169,14 +181,16 @@ def setup(
         if problems:
             raise RadtError(f"{at([r.line])}: {problems[0]}")
     gpu_clocks = gpu_clocks or {}
-    needs_smi = bool(power_limits or gpu_clocks) or any(r.mode in ("mps", "mig") for r in requests)
+    needs_smi = bool(power_limits or gpu_clocks) or any(
+        r.mode in (Mode.MPS, Mode.MIG) for r in requests
+    )
     gpus: Gpus = list_gpus() if needs_smi else []
     located: dict[int, nvsmi.GpuListing] = {}  # position in requests -> GPU
     for pos, r in enumerate(requests):
         gpu = find_gpu(r.device, gpus) if gpus else None
-        if gpu is None and r.mode in ("mps", "mig"):
+        if gpu is None and r.mode in (Mode.MPS, Mode.MIG):
             raise RadtError(f"{at([r.line])}: GPU {r.device} does not exist here; {_lists(gpus)}")
-        if gpu is not None and not (r.mode in ("none", "naive") and r.device is None):
+        if gpu is not None and not (r.mode in (Mode.NONE, Mode.NAIVE) and r.device is None):
             located[pos] = gpu
     on_gpu: dict[int, tuple[nvsmi.GpuListing, list[SlotRequest]]] = {}
     for pos, gpu in located.items():
@@ -210,7 +224,7 @@ def setup(
         artifacts["gpu_clocks.txt"] = notes
 
     texts = []
-    for index, positions in _groups(requests, located, "mig").items():
+    for index, positions in _groups(requests, located, Mode.MIG).items():
         made, text = mig.setup_gpu(
             located[positions[0]], [requests[p] for p in positions], teardown, warn, at
         )
@@ -219,8 +233,8 @@ def setup(
             slots[pos].env = {"CUDA_VISIBLE_DEVICES": m.uuid}
             slots[pos].devices = [m.uuid]
             slots[pos].tags = {
-                "radt.mig_profile": m.profile.name,
-                "radt.mig_instance": (
+                RADT_MIG_PROFILE: m.profile.name,
+                RADT_MIG_INSTANCE: (
                     f"GPU {index} GPU instance {m.gi} compute instance {m.ci} at {m.placement}"
                 ),
             }
@@ -228,7 +242,7 @@ def setup(
         artifacts["mig_placement.txt"] = "\n".join(texts)
 
     texts = []
-    for index, positions in _groups(requests, located, "mps").items():
+    for index, positions in _groups(requests, located, Mode.MPS).items():
         env, text = mps.setup_gpu(
             located[positions[0]], [requests[p] for p in positions], workdir, teardown, at
         )
@@ -239,24 +253,24 @@ def setup(
             slots[pos].devices = [str(index)]
             if r.mps_thread_pct is not None:
                 slots[pos].env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(r.mps_thread_pct)
-                slots[pos].tags["radt.mps_thread_pct"] = str(r.mps_thread_pct)
+                slots[pos].tags[RADT_MPS_THREAD_PCT] = str(r.mps_thread_pct)
     if texts:
         artifacts["mps.txt"] = "\n".join(texts)
 
     for pos, r in enumerate(requests):
         slot = slots[pos]
-        if r.mode in ("none", "naive") and r.device is not None:
+        if r.mode in (Mode.NONE, Mode.NAIVE) and r.device is not None:
             device = str(located[pos].index) if pos in located else str(r.device).strip()
             slot.env = {"CUDA_VISIBLE_DEVICES": device}
             slot.devices = [device]
-        slot.tags["radt.collocation"] = r.mode
+        slot.tags[RADT_COLLOCATION] = r.mode
         if slot.devices:
-            slot.tags["radt.devices"] = ",".join(slot.devices)
+            slot.tags[RADT_DEVICES] = ",".join(slot.devices)
         gpu = located.get(pos)
         if gpu is not None and gpu.index in limits_by_index:
-            slot.tags["radt.power_limit_w"] = watts(limits_by_index[gpu.index])
+            slot.tags[RADT_POWER_LIMIT_W] = watts(limits_by_index[gpu.index])
         if gpu is not None and gpu.index in clocks_by_index:
-            slot.tags["radt.gpu_clock_mhz"] = str(clocks_by_index[gpu.index])
+            slot.tags[RADT_GPU_CLOCK_MHZ] = str(clocks_by_index[gpu.index])
     return slots, artifacts
 
 
@@ -267,10 +281,10 @@ def _request_problems(r: SlotRequest) -> list[str]:
     problems = []
     if r.mode not in MODES:
         problems.append(f"unknown collocation mode {r.mode!r} (one of {', '.join(MODES)})")
-    elif r.mode == "mig" and not (r.mig_profile or "").strip():
+    elif r.mode == Mode.MIG and not (r.mig_profile or "").strip():
         problems.append("mig needs a MIG profile, e.g. 3g.20gb")
     if r.mps_thread_pct is not None:
-        if r.mode != "mps":
+        if r.mode != Mode.MPS:
             problems.append("an active thread percentage applies to mps rows only")
         elif not 1 <= r.mps_thread_pct <= 100:
             problems.append(
@@ -283,16 +297,16 @@ def _mixing(rows: list[SlotRequest], gpu: nvsmi.GpuListing | None) -> list[tuple
     """Rows that cannot share a GPU: mig or mps next to any other mode."""
     groups: dict[str, list[SlotRequest]] = {}
     for r in rows:
-        if r.mode in ("naive", "mps", "mig"):
+        if r.mode in (Mode.NAIVE, Mode.MPS, Mode.MIG):
             raw = r.device if r.device is not None else 0
             key = str(gpu.index) if gpu is not None else str(raw)
             groups.setdefault(key, []).append(r)
     found = []
     for key, members in groups.items():
         modes = {r.mode for r in members}
-        if len(modes) > 1 and modes & {"mps", "mig"}:
+        if len(modes) > 1 and modes & {Mode.MPS, Mode.MIG}:
             name = f"GPU {key}" + (f" ({gpu.name})" if gpu is not None else "")
-            if modes >= {"mps", "mig"}:
+            if modes >= {Mode.MPS, Mode.MIG}:
                 why = "radT does not mix MIG slices and MPS on one GPU"
             else:
                 why = f"{' and '.join(sorted(modes))} rows cannot share one GPU"
@@ -301,7 +315,7 @@ def _mixing(rows: list[SlotRequest], gpu: nvsmi.GpuListing | None) -> list[tuple
 
 
 def _groups(
-    requests: list[SlotRequest], located: dict[int, nvsmi.GpuListing], mode: str
+    requests: list[SlotRequest], located: dict[int, nvsmi.GpuListing], mode: Mode
 ) -> dict[int, list[int]]:
     """Positions of the ``mode`` rows, by GPU index."""
     groups: dict[int, list[int]] = {}

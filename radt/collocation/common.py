@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 
 from radt.collocation import nvsmi
 from radt.errors import RadtError
-
-MODES = ("none", "naive", "mps", "mig")
+from radt.tags import Mode
 
 
 @dataclass
@@ -23,7 +22,8 @@ class SlotRequest:
     line: int
     letter: str
     device: int | str | None
-    mode: str  # none | naive | mps | mig
+    mode: Mode | str
+    """A :class:`radt.tags.Mode`; any other word is reported by the backend's check()."""
     mps_thread_pct: int | None = None
     mig_profile: str | None = None  # GPU-instance profile name ("3g.20gb") or id ("9")
 

@@ -46,6 +46,7 @@ from radt.collocation import nvsmi
 from radt.collocation.common import Slot, SlotRequest
 from radt.collocation.teardown import Teardown
 from radt.errors import RadtError
+from radt.tags import Mode
 
 CONTROL = nvsmi.MPS_CONTROL
 DEFAULT_PIPE = "/tmp/nvidia-mps"
@@ -118,8 +119,8 @@ def check_gpu(
 ) -> list[str]:
     """Problems of the rows on one GPU caused by MPS daemons that already run."""
     problems = []
-    mps_lines = [r.line for r in requests if r.mode == "mps"]
-    other = [r for r in requests if r.mode in ("naive", "mig")]
+    mps_lines = [r.line for r in requests if r.mode == Mode.MPS]
+    other = [r for r in requests if r.mode in (Mode.NAIVE, Mode.MIG)]
     for daemon in daemons:
         if not daemon.covers(gpu.index):
             continue

@@ -15,6 +15,18 @@ from pathlib import Path
 import psutil
 
 from radt.placeholders import value_or_none
+from radt.tags import (
+    RADT_CPU_CORES,
+    RADT_CPU_MODEL,
+    RADT_CPU_PHYSICAL_CORES,
+    RADT_CUDA_VERSION,
+    RADT_GPU_DRIVER,
+    RADT_GPUS,
+    RADT_HOST,
+    RADT_PLATFORM,
+    RADT_PYTHON,
+    RADT_RAM_GIB,
+)
 from radt.tracking import redact
 
 SECRET_NAME = re.compile(
@@ -81,13 +93,13 @@ def gpu_facts(smi_q: str) -> dict[str, str]:
         if value is None:
             continue
         if label == "Driver Version":
-            facts["radt.gpu_driver"] = value
+            facts[RADT_GPU_DRIVER] = value
         elif label == "CUDA Version":
-            facts["radt.cuda_version"] = value
+            facts[RADT_CUDA_VERSION] = value
         elif label == "Product Name":
             names.append(value)
     if names:
-        facts["radt.gpus"] = ", ".join(names)
+        facts[RADT_GPUS] = ", ".join(names)
     return facts
 
 
@@ -100,13 +112,13 @@ def capture(target: Path) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     memory = psutil.virtual_memory()
     tags = {
-        "radt.host": socket.gethostname(),
-        "radt.python": platform.python_version(),
-        "radt.platform": platform.platform(),
-        "radt.cpu_model": cpu_model(),
-        "radt.cpu_cores": str(psutil.cpu_count(logical=True)),
-        "radt.cpu_physical_cores": str(psutil.cpu_count(logical=False)),
-        "radt.ram_gib": f"{memory.total / 2**30:.1f}",
+        RADT_HOST: socket.gethostname(),
+        RADT_PYTHON: platform.python_version(),
+        RADT_PLATFORM: platform.platform(),
+        RADT_CPU_MODEL: cpu_model(),
+        RADT_CPU_CORES: str(psutil.cpu_count(logical=True)),
+        RADT_CPU_PHYSICAL_CORES: str(psutil.cpu_count(logical=False)),
+        RADT_RAM_GIB: f"{memory.total / 2**30:.1f}",
     }
     (folder / "pip-freeze.txt").write_text(installed_packages())
     smi = shutil.which("nvidia-smi")

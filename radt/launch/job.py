@@ -13,6 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from radt.tags import RADT_JOB, RADT_JOB_IGNORE, RADT_WARMUP_EPOCHS, RADT_WARMUP_S
+
 MAX_JOB_CHARS = 250
 _FLAG = re.compile(r"^--?[A-Za-z0-9][\w.-]*$")
 
@@ -68,13 +70,13 @@ class JobInputs:
         """The run's tags for these inputs; only those given."""
         tags: dict[str, str] = {}
         if self.job:
-            tags["radt.job"] = self.job
+            tags[RADT_JOB] = self.job
         if self.job_ignore:
-            tags["radt.job_ignore"] = " ".join(dict.fromkeys(self.job_ignore))
+            tags[RADT_JOB_IGNORE] = " ".join(dict.fromkeys(self.job_ignore))
         if self.warmup_epochs is not None:
-            tags["radt.warmup_epochs"] = str(self.warmup_epochs)
+            tags[RADT_WARMUP_EPOCHS] = str(self.warmup_epochs)
         if self.warmup_s is not None:
-            tags["radt.warmup_s"] = f"{self.warmup_s:g}"
+            tags[RADT_WARMUP_S] = f"{self.warmup_s:g}"
         return tags
 
     def with_row(

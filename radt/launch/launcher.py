@@ -17,6 +17,17 @@ from radt.launch.registry import check_options, select
 from radt.launch.session import RecordedRun, start_run
 from radt.launch.supervise import Supervisor, ended
 from radt.listener import Listener
+from radt.tags import (
+    MLFLOW_SOURCE_NAME,
+    MLFLOW_SOURCE_TYPE,
+    MLFLOW_USER,
+    RADT_COLLOCATION,
+    RADT_COMMAND,
+    RADT_DEVICES,
+    RADT_LISTENERS,
+    RADT_VERSION,
+    Mode,
+)
 from radt.tracking import (
     connect,
     experiment_id,
@@ -82,21 +93,21 @@ def run_tags(command: list[str], listeners: list[Listener], devices: list[str]) 
     from radt import __version__
 
     return {
-        "mlflow.source.name": command[0],
-        "mlflow.source.type": "LOCAL",
-        "mlflow.user": getpass.getuser(),
-        "radt.version": __version__,
-        "radt.command": shlex.join(command),
-        "radt.collocation": "none",
-        "radt.listeners": "+".join(listener.name for listener in listeners) or "none",
-        "radt.devices": ",".join(devices) or os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
+        MLFLOW_SOURCE_NAME: command[0],
+        MLFLOW_SOURCE_TYPE: "LOCAL",
+        MLFLOW_USER: getpass.getuser(),
+        RADT_VERSION: __version__,
+        RADT_COMMAND: shlex.join(command),
+        RADT_COLLOCATION: Mode.NONE,
+        RADT_LISTENERS: "+".join(listener.name for listener in listeners) or "none",
+        RADT_DEVICES: ",".join(devices) or os.environ.get("CUDA_VISIBLE_DEVICES", "all"),
     }
 
 
 def run_params(command: list[str]) -> dict[str, str]:
     """The command's flags as params, plus the whole command line."""
     params = params_from_args(script_args(command))
-    params["radt.command"] = shlex.join(command)[:6000]
+    params[RADT_COMMAND] = shlex.join(command)[:6000]
     return params
 
 

@@ -26,6 +26,7 @@ from radt.record.sampler import Sampler
 from radt.record.spool import SpoolWriter
 from radt.record.writer import BatchWriter
 from radt.slurm.jobenv import job_tags
+from radt.tags import MLFLOW_PARENT_RUN_ID, RADT_COMMAND_END_S, RADT_COMMAND_START_S, RADT_NOTE
 from radt.tracking import reason, store_error
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 def _abandon(client, run_id: str, exc: BaseException) -> None:
     """End a run that radT could not start recording as FAILED, saying why (best effort)."""
     with contextlib.suppress(Exception):
-        client.set_tag(run_id, "radt.note", f"radT could not start recording: {reason(exc)}")
+        client.set_tag(run_id, RADT_NOTE, f"radT could not start recording: {reason(exc)}")
         client.set_terminated(run_id, "FAILED")
 
 
@@ -73,7 +74,7 @@ def start_run(
 
     tags = {**job_tags(), **tags}
     if parent_run_id:
-        tags = {**tags, "mlflow.parentRunId": parent_run_id}
+        tags = {**tags, MLFLOW_PARENT_RUN_ID: parent_run_id}
     check_runs_root()
     try:
         run = client.create_run(experiment_id, tags=tags, run_name=run_name)
@@ -195,7 +196,7 @@ class RecordedRun:
         """
         if command_start_s is not None:
             self.command_start_s = command_start_s
-            self.state.tags["radt.command_start_s"] = f"{command_start_s:.6f}"
+            self.state.tags[RADT_COMMAND_START_S] = f"{command_start_s:.6f}"
         self.context.pid = pid
         for listener in self.listeners:
             own = self.context_for(listener)
@@ -255,7 +256,7 @@ class RecordedRun:
         """
         state = self.state
         if ended_s and self.command_start_s is not None:
-            state.tags["radt.command_end_s"] = f"{ended_s:.6f}"
+            state.tags[RADT_COMMAND_END_S] = f"{ended_s:.6f}"
         state.tags.update(tags or {})
         state.status, state.exit_code = status, exit_code
         state.ended_s = ended_s or state.ended_s or time.time()

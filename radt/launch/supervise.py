@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from radt.launch.child import Child
+from radt.tags import RADT_EXIT_CODE, RADT_SIGNAL, RADT_STOP_REASON
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -27,11 +28,11 @@ def ended(
     """An outcome with its tags: ``radt.exit_code`` is the status radT exits with (0–255,
     128+N for signal N), ``radt.signal`` the signal the command died of or was stopped with,
     ``radt.stop_reason`` why radT stopped it."""
-    tags = {"radt.exit_code": str(exit_code)}
+    tags = {RADT_EXIT_CODE: str(exit_code)}
     if signum is not None:
-        tags["radt.signal"] = signal.Signals(signum).name
+        tags[RADT_SIGNAL] = signal.Signals(signum).name
     if reason:
-        tags["radt.stop_reason"] = reason
+        tags[RADT_STOP_REASON] = reason
     return Outcome(status, exit_code, tags)
 
 

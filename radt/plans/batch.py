@@ -31,6 +31,21 @@ from radt.launch.command import resolve_argv
 from radt.plans.model import Plan, Row, Workload
 from radt.plans.runner import PlanOptions, WorkloadRunner
 from radt.plans.study import BatchSearch, Configuration, Study, StudyWorkload
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_LETTER,
+    RADT_NOTE,
+    RADT_PROBE,
+    RADT_PROBE_BATCH,
+    RADT_PROBE_BATCH_SIZE,
+    RADT_PROBE_JOB,
+    RADT_PROBE_OUTCOME,
+    RADT_PROBE_PROBES,
+    RADT_PROBE_SLOT,
+    RADT_PROBE_SPEC,
+    Mode,
+    tag_filter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +64,16 @@ PROBE, SEARCH = "probe", "search"
 def slot_key(configuration: Configuration, position: int) -> str:
     """The slot of run ``position`` of ``configuration``: its MIG profile, ``whole GPU``, or
     the sharing configuration (all its runs share one memory)."""
-    if configuration.mode == "mig":
+    if configuration.mode == Mode.MIG:
         return str(configuration.runs[position].mig_profile)
-    if configuration.mode == "none":
+    if configuration.mode == Mode.NONE:
         return "whole GPU"
     return configuration.label
 
 
 def probe_configuration(configuration: Configuration, position: int) -> Configuration:
     """What a probe of that slot runs: one MIG slice alone, else the configuration itself."""
-    if configuration.mode == "mig":
+    if configuration.mode == Mode.MIG:
         run = configuration.runs[position]
         return Configuration(run.label, (run,))
     return configuration
@@ -184,7 +199,7 @@ class Searcher:
     def _search_runs(self) -> list:
         """The experiment's probe and search runs (the cache)."""
         return self.client.search_runs(
-            [self.experiment_id], filter_string="tags.`radt.probe` != ''", max_results=50000
+            [self.experiment_id], filter_string=tag_filter(RADT_PROBE, "", "!="), max_results=50000
         )
 
     def cached(self, slot: SearchSlot) -> int | None:
@@ -192,19 +207,19 @@ class Searcher:
         for run in self._search_runs():
             tags = run.data.tags
             if (
-                tags.get("radt.probe") == SEARCH
+                tags.get(RADT_PROBE) == SEARCH
                 and self._same(tags, slot)
                 and run.info.status == "FINISHED"
-                and tags.get("radt.probe.batch_size", "").isdigit()
+                and tags.get(RADT_PROBE_BATCH_SIZE, "").isdigit()
             ):
-                return int(tags["radt.probe.batch_size"])
+                return int(tags[RADT_PROBE_BATCH_SIZE])
         return None
 
     def _same(self, tags: dict, slot: SearchSlot) -> bool:
         return (
-            tags.get("radt.probe.job") == slot.job
-            and tags.get("radt.probe.slot") == slot.key
-            and tags.get("radt.probe.spec") == self.spec.spec
+            tags.get(RADT_PROBE_JOB) == slot.job
+            and tags.get(RADT_PROBE_SLOT) == slot.key
+            and tags.get(RADT_PROBE_SPEC) == self.spec.spec
         )
 
     def _outcomes(self, slot: SearchSlot) -> dict[int, str]:
@@ -213,13 +228,13 @@ class Searcher:
         for run in self._search_runs():
             tags = run.data.tags
             if (
-                tags.get("radt.probe") == PROBE
-                and "radt.letter" not in tags
+                tags.get(RADT_PROBE) == PROBE
+                and RADT_LETTER not in tags
                 and self._same(tags, slot)
-                and tags.get("radt.probe.outcome") in ("fits", "oom")
-                and tags.get("radt.probe.batch", "").isdigit()
+                and tags.get(RADT_PROBE_OUTCOME) in ("fits", "oom")
+                and tags.get(RADT_PROBE_BATCH, "").isdigit()
             ):
-                outcomes[int(tags["radt.probe.batch"])] = tags["radt.probe.outcome"]
+                outcomes[int(tags[RADT_PROBE_BATCH])] = tags[RADT_PROBE_OUTCOME]
         return outcomes
 
     def search(self, slot: SearchSlot) -> int:
@@ -231,18 +246,18 @@ class Searcher:
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"batch size: {slot.key}",
-            tags={**tags, "radt.probe": SEARCH, "mlflow.parentRunId": self.parent_run_id},
+            tags={**tags, RADT_PROBE: SEARCH, MLFLOW_PARENT_RUN_ID: self.parent_run_id},
         )
         search_id = run.info.run_id
         try:
             answer, probes = self._bisect(slot, search_id)
         except BaseException as exc:
             status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-            self.client.set_tag(search_id, "radt.note", str(exc)[:5000] or type(exc).__name__)
+            self.client.set_tag(search_id, RADT_NOTE, str(exc)[:5000] or type(exc).__name__)
             self.client.set_terminated(search_id, status)
             raise
-        self.client.set_tag(search_id, "radt.probe.batch_size", str(answer))
-        self.client.set_tag(search_id, "radt.probe.probes", str(probes))
+        self.client.set_tag(search_id, RADT_PROBE_BATCH_SIZE, str(answer))
+        self.client.set_tag(search_id, RADT_PROBE_PROBES, str(probes))
         self.client.set_terminated(search_id, "FINISHED")
         log.info(
             f"batch size for {slot.job} on {slot.key}: {self.spec.flag} {answer} "
@@ -252,9 +267,9 @@ class Searcher:
 
     def _slot_tags(self, slot: SearchSlot) -> dict[str, str]:
         return {
-            "radt.probe.job": slot.job,
-            "radt.probe.slot": slot.key,
-            "radt.probe.spec": self.spec.spec,
+            RADT_PROBE_JOB: slot.job,
+            RADT_PROBE_SLOT: slot.key,
+            RADT_PROBE_SPEC: self.spec.spec,
         }
 
     def _bisect(self, slot: SearchSlot, search_id: str) -> tuple[int, int]:
@@ -285,7 +300,7 @@ class Searcher:
         """Run one probe; return ``fits`` or ``oom``; raise for any other failure."""
         self.probes_run += 1
         label = f"probe {slot.key} {self.spec.flag} {size}"
-        tags = {**self._slot_tags(slot), "radt.probe": PROBE, "radt.probe.batch": str(size)}
+        tags = {**self._slot_tags(slot), RADT_PROBE: PROBE, RADT_PROBE_BATCH: str(size)}
         options = replace(
             self.options,
             listeners="none",
@@ -344,12 +359,12 @@ class Searcher:
             run_id = plan.results.get(workload.rows[bad].line, ("", ""))[1]
             tail = tails[bad] if bad < len(tails) else ""
             last = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "")
-            self.client.set_tag(runner.parent.run_id, "radt.probe.outcome", "error")
+            self.client.set_tag(runner.parent.run_id, RADT_PROBE_OUTCOME, "error")
             raise RadtError(
                 f"{self.study.path}: batch_size: {label} failed for another reason than "
                 f"memory ({statuses[bad]}{': ' + last.strip()[:300] if last else ''}); "
                 f"see its output in run {run_id or runner.parent.run_id}"
             )
-        self.client.set_tag(runner.parent.run_id, "radt.probe.outcome", outcome)
+        self.client.set_tag(runner.parent.run_id, RADT_PROBE_OUTCOME, outcome)
         log.info(f"{label}: {'fits' if outcome == 'fits' else 'out of memory'}")
         return outcome

@@ -34,6 +34,7 @@ import psutil
 from radt.errors import RadtError
 from radt.launch.child import Child
 from radt.launch.supervise import Outcome, Supervisor
+from radt.tags import RADT_EXIT_CODE, RADT_STOP_REASON
 
 CONSUMERS_VARIABLE = "RADT_LOADER_CONSUMERS"
 POLL_S = 0.1
@@ -215,22 +216,22 @@ class SharedLoader:
         if self.child.process is None or (failure is not None and self.failure is None):
             return None
         code = self.child.poll()
-        tags = {} if code is None else {"radt.exit_code": str(code)}
+        tags = {} if code is None else {RADT_EXIT_CODE: str(code)}
         exit_code = 1 if code is None else (128 - code if code < 0 else code)
         if self.failure is not None:
-            return Outcome("FAILED", exit_code or 1, {**tags, "radt.stop_reason": self.failure})
+            return Outcome("FAILED", exit_code or 1, {**tags, RADT_STOP_REASON: self.failure})
         if self.killed:
             reason = f"did not end within the grace period ({self.grace_s:g} s) after SIGTERM"
-            return Outcome("KILLED", exit_code, {**tags, "radt.stop_reason": reason})
+            return Outcome("KILLED", exit_code, {**tags, RADT_STOP_REASON: reason})
         if self.stopped:
-            return Outcome("FINISHED", 0, {**tags, "radt.stop_reason": "its trainings ended"})
+            return Outcome("FINISHED", 0, {**tags, RADT_STOP_REASON: "its trainings ended"})
         if code is None or supervisor is None:
             return None
         if supervisor.reason is not None or code == 0:
             return supervisor.judge(code)
         # It failed on its own after the last look, once every training had ended.
         reason = self._ended(code, "")
-        return Outcome("FAILED", exit_code, {**tags, "radt.stop_reason": reason})
+        return Outcome("FAILED", exit_code, {**tags, RADT_STOP_REASON: reason})
 
     def _fail(self, reason: str) -> LoaderFailed:
         self.failure = reason

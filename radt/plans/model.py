@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from radt.errors import UsageError
+from radt.tags import LOADER_ROLE, Mode
 from radt.words import count
 
 COLUMNS = (
@@ -39,9 +40,8 @@ COLUMNS = (
 )
 REQUIRED = ("Experiment", "Workload", "File")
 FINISHED, FAILED = "FINISHED", "FAILED"
-MODES = ("none", "naive", "mps", "mig")
 MAX_COMPUTE_SLICES = 7
-LOADER, CONSUMER = "loader", "consumer"
+LOADER, CONSUMER = LOADER_ROLE, "consumer"
 """Roles in a workload with a shared loader (``radt.role``); the loader's letter is L."""
 LOADER_LETTER = "L"
 
@@ -62,7 +62,7 @@ def clean(text: str) -> str:
 class Collocation:
     """How a run shares its GPU: alone, naively, under MPS, or on a MIG slice."""
 
-    mode: str  # "none" | "naive" | "mps" | "mig"
+    mode: Mode
     mps_thread_pct: int | None = None  # 1..100 for "mps:PCT"
     mig_profile: str | None = None  # GPU-instance profile, e.g. "3g.40gb"
     blank: bool = field(default=False, compare=False)
@@ -72,9 +72,9 @@ class Collocation:
     @property
     def label(self) -> str:
         """The cell spelling: ``none``, ``naive``, ``mps``, ``mps:50``, ``3g.40gb``."""
-        if self.mode == "mig":
+        if self.mode == Mode.MIG:
             return str(self.mig_profile)
-        if self.mode == "mps" and self.mps_thread_pct is not None:
+        if self.mode == Mode.MPS and self.mps_thread_pct is not None:
             return f"mps:{self.mps_thread_pct}"
         return self.mode
 

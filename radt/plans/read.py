@@ -37,6 +37,7 @@ from radt.plans.model import (
     clean,
 )
 from radt.plans.scanner import CsvRecord, physical_lines, read_text, scan
+from radt.tags import Mode
 from radt.words import count
 
 _COLLOCATION_HELP = "use -, none, naive, mps, mps:PCT or a MIG profile like 3g.40gb"
@@ -52,18 +53,14 @@ def parse_collocation(text: str) -> Collocation:
     """Parse a Collocation cell; raises ValueError with a message for the user."""
     value = text.strip().lower()
     if value in EMPTY:
-        return Collocation("none", blank=True)
-    if value == "none":
-        return Collocation("none")
-    if value == "naive":
-        return Collocation("naive")
-    if value == "mps":
-        return Collocation("mps")
+        return Collocation(Mode.NONE, blank=True)
+    if value in (Mode.NONE, Mode.NAIVE, Mode.MPS):
+        return Collocation(Mode(value))
     if value.startswith("mps:"):
-        return Collocation("mps", mps_thread_pct=_parse_pct(value[4:]))
+        return Collocation(Mode.MPS, mps_thread_pct=_parse_pct(value[4:]))
     profile = value.removeprefix("mig").strip() if value.startswith("mig ") else value
     if _MIG_PROFILE.match(profile):
-        return Collocation("mig", mig_profile=profile)
+        return Collocation(Mode.MIG, mig_profile=profile)
     if ci := _CI_PROFILE.match(profile):
         raise ValueError(
             f"{text.strip()!r} is a compute-instance profile; give the GPU-instance "
@@ -348,7 +345,7 @@ def _build_row(
 
 
 def _mig_device_problems(collocation: Collocation, devices: list[str]) -> list[str]:
-    if collocation.mode != "mig":
+    if collocation.mode != Mode.MIG:
         return []
     if len(devices) != 1:
         return [
@@ -366,7 +363,7 @@ def _mig_device_problems(collocation: Collocation, devices: list[str]) -> list[s
 def _loader_row_problems(collocation: Collocation | None, power_limit_w: float | None) -> list[str]:
     """A loader takes no share of the GPU: no MPS share, no MIG slice, no power cap."""
     problems = []
-    if collocation is not None and collocation.mode in ("mps", "mig"):
+    if collocation is not None and collocation.mode in (Mode.MPS, Mode.MIG):
         problems.append(
             f"a loader row takes no share of the GPU, so it cannot have Collocation "
             f"{collocation.label}; leave it empty (-)"
@@ -422,13 +419,13 @@ def _pair_problem(a: Row, b: Row) -> str | None:
     device = _shared(a, b)
     if device is None:
         return None
-    if b.collocation.mode == "none":
+    if b.collocation.mode == Mode.NONE:
         return (
             f"collocation none means the run has its GPU to itself (a baseline), but line "
             f"{a.line} of the same workload also uses {device}; give the baseline a "
             "workload of its own, or share with naive, mps or a MIG profile"
         )
-    if a.collocation.mode == "none":
+    if a.collocation.mode == Mode.NONE:
         return (
             f"this row uses {device}, which line {a.line} has to itself (collocation none: "
             "a baseline); give the baseline a workload of its own, or share with naive, "
@@ -452,7 +449,7 @@ def _mig_capacity_problems(workload: Workload) -> list[Problem]:
     problems = []
     used: dict[str, int] = {}
     for row in workload.rows:
-        if row.collocation.mode != "mig":
+        if row.collocation.mode != Mode.MIG:
             continue
         device = row.devices[0]
         used[device] = used.get(device, 0) + row.collocation.compute_slices
@@ -522,7 +519,7 @@ def _blank_rows_shared(workloads: list[Workload]) -> str | None:
             continue
         for row in trainings:
             if row.collocation.blank:
-                row.collocation = Collocation("naive", blank=True)
+                row.collocation = Collocation(Mode.NAIVE, blank=True)
         changed.append(workload.label)
     if not changed:
         return None

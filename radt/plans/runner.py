@@ -35,6 +35,27 @@ from radt.plans.loader import LoaderPorts, SharedLoader
 from radt.plans.model import FAILED, FINISHED, Plan, PlanError, Row, Workload, format_problems
 from radt.plans.read import read_plan
 from radt.plans.workdir import absolute_store, place
+from radt.tags import (
+    RADT_COLLOCATION,
+    RADT_DEVICES,
+    RADT_EXIT_CODE,
+    RADT_GPU_CLOCK_MHZ,
+    RADT_LETTER,
+    RADT_LISTENERS,
+    RADT_LOADER,
+    RADT_LOADER_PORTS,
+    RADT_MIG_PROFILE,
+    RADT_PLAN,
+    RADT_PLAN_LINE,
+    RADT_POWER_LIMIT_W,
+    RADT_ROLE,
+    RADT_SIGNAL,
+    RADT_STOP_REASON,
+    RADT_TEARDOWN_FAILED,
+    RADT_WORKDIR,
+    RADT_WORKLOAD,
+    RADT_WORKLOAD_RUNS,
+)
 from radt.tracking import experiment_id
 from radt.words import count
 
@@ -300,15 +321,15 @@ def workload_tags(
     mode = modes[0] if len(modes) == 1 else "+".join(modes)
     profiles = [row.collocation.mig_profile for row in trainings if row.collocation.mig_profile]
     tags = {
-        "radt.workload": workload.name,
-        "radt.collocation": mode,
-        "radt.mig_profile": "+".join(profiles) if profiles else "-",
-        "radt.power_limit_w": "+".join(f"{w:g}" for w in limits.values()) or "-",
-        "radt.workload_runs": str(len(workload.rows)),
-        "radt.loader": "shared" if workload.loader else "own",
+        RADT_WORKLOAD: workload.name,
+        RADT_COLLOCATION: mode,
+        RADT_MIG_PROFILE: "+".join(profiles) if profiles else "-",
+        RADT_POWER_LIMIT_W: "+".join(f"{w:g}" for w in limits.values()) or "-",
+        RADT_WORKLOAD_RUNS: str(len(workload.rows)),
+        RADT_LOADER: "shared" if workload.loader else "own",
     }
     if clocks:
-        tags["radt.gpu_clock_mhz"] = "+".join(str(mhz) for mhz in clocks.values())
+        tags[RADT_GPU_CLOCK_MHZ] = "+".join(str(mhz) for mhz in clocks.values())
     return tags
 
 
@@ -394,7 +415,7 @@ class WorkloadRunner:
         finally:
             self._stop_children()
             for problem in self.teardown.run(log.warning):
-                self.parent.state.tags.setdefault("radt.teardown_failed", problem[:5000])
+                self.parent.state.tags.setdefault(RADT_TEARDOWN_FAILED, problem[:5000])
         return self._close(codes, failure)
 
     def _parent_run(self) -> RecordedRun:
@@ -411,9 +432,9 @@ class WorkloadRunner:
                 self.experiment_id,
                 tags={
                     **workload_tags(self.workload, self.limits, self.clocks),
-                    "radt.devices": ",".join(devices) or "all",
-                    "radt.listeners": "+".join(device_listeners) or "none",
-                    "radt.plan": str(self.plan.path),
+                    RADT_DEVICES: ",".join(devices) or "all",
+                    RADT_LISTENERS: "+".join(device_listeners) or "none",
+                    RADT_PLAN: str(self.plan.path),
                     **self.options.tags,
                 },
                 params={},
@@ -442,7 +463,7 @@ class WorkloadRunner:
         slot = collocation.Slot(
             env=devices,
             devices=list(row.devices),
-            tags={"radt.loader_ports": ",".join(map(str, ports.all))},
+            tags={RADT_LOADER_PORTS: ",".join(map(str, ports.all))},
         )
         run, child = self._recorded(row, slot, LOADER_COLOUR)
         self.loader_run = run
@@ -477,12 +498,12 @@ class WorkloadRunner:
                     **run_tags(row.command, listeners, slot.devices),
                     **workload_tags(self.workload, self.limits, self.clocks),
                     **slot.tags,
-                    "radt.letter": row.letter,
-                    "radt.plan_line": str(row.line),
+                    RADT_LETTER: row.letter,
+                    RADT_PLAN_LINE: str(row.line),
                     **self.options.job.with_row(row.job, row.warmup_epochs, row.warmup_s).tags(),
-                    "radt.workdir": str(cwd),
+                    RADT_WORKDIR: str(cwd),
                     **self.options.tags,
-                    **({"radt.role": row.role} if row.role else {}),
+                    **({RADT_ROLE: row.role} if row.role else {}),
                 },
                 params=run_params(row.command),
                 run_name=row.name or f"{self.workload.name}-{row.letter}",
@@ -621,16 +642,16 @@ class WorkloadRunner:
             self.parent.state.note = f"workload stopped: {failure or type(failure).__name__}"
         reason = self.supervisor.reason if self.supervisor is not None else None
         if reason is None and failure is not None:
-            reason = self._outcome(0, [], failure).tags.get("radt.stop_reason")
+            reason = self._outcome(0, [], failure).tags.get(RADT_STOP_REASON)
         if reason:
-            self.parent.state.tags["radt.stop_reason"] = reason
-        self.parent.state.tags["radt.exit_code"] = str(worst.exit_code)
+            self.parent.state.tags[RADT_STOP_REASON] = reason
+        self.parent.state.tags[RADT_EXIT_CODE] = str(worst.exit_code)
         signum = self.supervisor.signum if self.supervisor is not None else None
         signum = signum or getattr(failure, "signum", None)
         if signum is None and isinstance(failure, KeyboardInterrupt):
             signum = signal.SIGINT
         if signum is not None:
-            self.parent.state.tags["radt.signal"] = signal.Signals(signum).name
+            self.parent.state.tags[RADT_SIGNAL] = signal.Signals(signum).name
         self.parent.close(worst.status, worst.exit_code, ended_s=workload_ended_s)
         self.plan.record(self.workload, results)
         log.info(f"workload {self.workload.label}: {worst.status} (exit code {worst.exit_code})")

@@ -40,6 +40,7 @@ from radt.plans.read import (
     parse_collocation,
     parse_gpu_clock,
 )
+from radt.tags import Mode
 
 T = TypeVar("T")
 
@@ -97,13 +98,13 @@ class Configuration:
     runs: tuple[Collocation, ...]
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         return self.runs[0].mode
 
     @property
     def slug(self) -> str:
         """The label in a workload name: ``naive-x2``, ``mps50-x2``, ``4g+3g``."""
-        if self.mode == "mig":
+        if self.mode == Mode.MIG:
             return "+".join(r.label.split(".")[0] for r in self.runs)
         return self.label.replace(":", "").replace(" ", "-")
 
@@ -609,7 +610,7 @@ def parse_configuration(text: str) -> Configuration:
     parts = re.split(r"\+(?=\d)", base)
     if len(parts) > 1:
         collocations = [parse_collocation(part) for part in parts]
-        if any(c.mode != "mig" for c in collocations):
+        if any(c.mode != Mode.MIG for c in collocations):
             raise ValueError(
                 f"{value!r}: + joins MIG profiles (4g.40gb+3g.40gb); share a whole GPU with "
                 "naive xN or mps xN"
@@ -617,14 +618,14 @@ def parse_configuration(text: str) -> Configuration:
     else:
         collocations = [parse_collocation(base)]
     first = collocations[0]
-    if first.mode == "none":
+    if first.mode == Mode.NONE:
         if count not in (None, 1):
             raise ValueError(
                 f"{value!r}: none is the job alone on its GPU; share it with naive x{count} "
                 f"or mps x{count}"
             )
         return Configuration("none", (first,))
-    if first.mode in ("naive", "mps"):
+    if first.mode in (Mode.NAIVE, Mode.MPS):
         n = count or 1
         if n > MAX_SHARING:
             raise ValueError(f"{value!r}: at most {MAX_SHARING} runs can share one GPU")

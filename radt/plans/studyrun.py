@@ -47,6 +47,7 @@ from radt.plans.study import (
 )
 from radt.plans.studyfile import write_progress
 from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path
+from radt.tags import RADT_STUDY, RADT_STUDY_FILE, RADT_STUDY_PROGRESS, RADT_STUDY_WORKLOADS, Mode
 from radt.tracking import experiment_id
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ def _where(study: Study):
 
 def _check_gpu(study: Study, checked: Checked) -> None:
     where = _where(study)
-    migs = [(i, c) for i, c in enumerate(study.configurations) if c.mode == "mig"]
+    migs = [(i, c) for i, c in enumerate(study.configurations) if c.mode == Mode.MIG]
     caps = [(i, w) for i, w in enumerate(study.power_limits_w) if w is not None]
     devices = [d for d in study.devices.split("+") if d]
     if migs and len(devices) > 1:
@@ -302,7 +303,7 @@ def plan_rows(
             mode = workload.configuration.mode
             cells.append(
                 {
-                    "Collocation": "naive" if mode == "naive" else "-",
+                    "Collocation": Mode.NAIVE if mode == Mode.NAIVE else "-",
                     "File": study.loader_file or "-",
                     "Params": "-",
                     "PowerLimit": "-",
@@ -463,7 +464,7 @@ def report(
     if checked.gpu:
         out.append(f"checked against: {checked.gpu}")
     modes_used = {w.configuration.mode for w in workloads}
-    if "mig" in modes_used and modes_used - {"mig"}:
+    if Mode.MIG in modes_used and modes_used - {Mode.MIG}:
         out.append(
             f"two passes: `radt {study.path} --modes mig` with MIG mode on, then "
             f"`radt {study.path} --modes none+naive+mps` with it off"
@@ -594,7 +595,7 @@ class _Run:
             options = replace(
                 self.options,
                 parent_run_id=self.run_id,
-                tags={**self.options.tags, "radt.study": self.study.name},
+                tags={**self.options.tags, RADT_STUDY: self.study.name},
             )
             code = run_workloads(
                 plan, self.pending(plan), options, self.found, store, after=self._record
@@ -622,7 +623,7 @@ class _Run:
                 request,
                 store,
                 parent_run_id=getattr(self, "run_id", None),
-                tags={"radt.study": self.study.name},
+                tags={RADT_STUDY: self.study.name},
                 record=self._record_status,
             )
         except BaseException:
@@ -635,9 +636,9 @@ class _Run:
 
     def _study_run(self, client) -> str:
         tags = {
-            "radt.study": self.study.name,
-            "radt.study_file": str(self.study.path),
-            "radt.study_workloads": str(len(self.workloads)),
+            RADT_STUDY: self.study.name,
+            RADT_STUDY_FILE: str(self.study.path),
+            RADT_STUDY_WORKLOADS: str(len(self.workloads)),
         }
         if self.study.parent:
             try:
@@ -718,7 +719,7 @@ class _Run:
         done = sum(1 for w in self.workloads if _status(w, self.progress) == FINISHED)
         left = len(self.workloads) - done
         try:
-            client.set_tag(self.run_id, "radt.study_progress", f"{done}/{len(self.workloads)}")
+            client.set_tag(self.run_id, RADT_STUDY_PROGRESS, f"{done}/{len(self.workloads)}")
             for path in (self.study.path, self.plan_path):
                 client.log_artifact(self.run_id, str(path), "radt/study")
             client.set_terminated(self.run_id, status)

@@ -25,6 +25,7 @@ from radt.record.phases import compact_phases
 from radt.record.runfolder import RunFolder, RunState, disk_full
 from radt.record.spool import iter_spool
 from radt.record.writer import MAX_BATCH, is_permanent
+from radt.tags import RADT_NOTE
 
 SAMPLES_ARTIFACT = "radt/samples.parquet"
 DOING = {
@@ -128,7 +129,8 @@ def _store_figures(
 ) -> None:
     """Store the window figures of the family the run completes (:mod:`radt.analysis.stored`):
     its own with the tags set at the end, its workload's runs' at once."""
-    from radt.analysis.stored import FIGURES_TAG, family_figures
+    from radt.analysis.stored import family_figures
+    from radt.tags import RADT_FIGURES
 
     try:
         values = family_figures(client, run, state.status, end_ms, tags, path)
@@ -139,9 +141,9 @@ def _store_figures(
         return
     for run_id, value in values.items():
         if run_id == state.run_id:
-            state.tags[FIGURES_TAG] = value
+            state.tags[RADT_FIGURES] = value
         else:
-            client.set_tag(run_id, FIGURES_TAG, value)
+            client.set_tag(run_id, RADT_FIGURES, value)
 
 
 def _log_points(client: MlflowClient, run_id: str, points: list[Metric]) -> int:
@@ -285,7 +287,7 @@ def _upload_attachments(
 def _set_status(client: MlflowClient, state: RunState) -> None:
     tags = dict(state.tags)
     if state.note:
-        tags["radt.note"] = state.note
+        tags[RADT_NOTE] = state.note
     for key, value in tags.items():
         client.set_tag(state.run_id, key, value)
     end_ms = round((state.ended_s or state.started_s) * 1000)

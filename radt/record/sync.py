@@ -13,6 +13,7 @@ import psutil
 from radt.record.finalize import finish
 from radt.record.runfolder import STATE_FILE, DamagedState, RunFolder, RunState, find_folders
 from radt.record.spool import CHUNK_GLOB
+from radt.tags import RADT_STOP_REASON
 from radt.tracking import connect, move_credentials, prepare_process_env, sqlite_path, store_label
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def adopt_orphan(folder: RunFolder, state: RunState) -> None:
     state.status = "FAILED"
     state.note = ORPHAN_NOTE
     state.ended_s = max((c.stat().st_mtime for c in chunks), default=time.time())
-    state.tags["radt.stop_reason"] = "radT was killed"
+    state.tags[RADT_STOP_REASON] = "radT was killed"
     folder.save(state)
 
 

@@ -27,6 +27,16 @@ from radt.plans.read import read_plan
 from radt.slurm import commands
 from radt.slurm.commands import ENDINGS_KILLED, TaskState
 from radt.slurm.options import SBATCH_FLAGS, SlurmOptions
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_PLAN_LINE,
+    RADT_SLURM_ARRAY_JOB_ID,
+    RADT_SLURM_ARRAY_TASK_ID,
+    RADT_SLURM_STATE,
+    RADT_STOP_REASON,
+    Mode,
+    tag_filter,
+)
 from radt.tracking import experiment_id, sqlite_path
 from radt.words import count
 
@@ -59,7 +69,7 @@ def derived_gres(workload: Workload) -> str | None:
     devices = {d for row in workload.rows for d in row.devices}
     if devices:
         return f"gpu:{len(devices)}"
-    if any(row.collocation.mode != "none" for row in workload.trainings):
+    if any(row.collocation.mode != Mode.NONE for row in workload.trainings):
         return "gpu:1"
     return None
 
@@ -68,7 +78,7 @@ def refusals(plan: Plan, pending: list[Workload], slurm: SlurmOptions) -> list[s
     """What Slurm clusters do not allow, one line per workload, before anything is submitted."""
     problems = []
     for workload in pending:
-        if not slurm.exclusive and any(r.collocation.mode == "mig" for r in workload.trainings):
+        if not slurm.exclusive and any(r.collocation.mode == Mode.MIG for r in workload.trainings):
             problems.append(
                 f"{plan.path}: workload {workload.label} re-partitions MIG, which a Slurm job "
                 "may only do with the whole node: set `exclusive: true` under slurm: (the "
@@ -282,26 +292,26 @@ class Dispatch:
         found = self.client.search_runs(
             [exp],
             filter_string=(
-                f"tags.`radt.slurm.array_job_id` = '{array_id}' "
-                f"and tags.`radt.slurm.array_task_id` = '{task}'"
+                f"{tag_filter(RADT_SLURM_ARRAY_JOB_ID, array_id)} "
+                f"and {tag_filter(RADT_SLURM_ARRAY_TASK_ID, task)}"
             ),
             max_results=1000,
         )
-        parents = [r for r in found if "radt.plan_line" not in r.data.tags]
+        parents = [r for r in found if RADT_PLAN_LINE not in r.data.tags]
         parent = max(parents, key=lambda r: r.info.start_time, default=None)
         for run in found:  # an earlier attempt of a requeued (e.g. preempted) job
             if parent is not None and run.info.run_id != parent.info.run_id:
-                earlier = run.data.tags.get("mlflow.parentRunId") != parent.info.run_id
-                if earlier and "radt.slurm.state" not in run.data.tags:
-                    self.client.set_tag(run.info.run_id, "radt.slurm.state", "REQUEUED")
+                earlier = run.data.tags.get(MLFLOW_PARENT_RUN_ID) != parent.info.run_id
+                if earlier and RADT_SLURM_STATE not in run.data.tags:
+                    self.client.set_tag(run.info.run_id, RADT_SLURM_STATE, "REQUEUED")
                     self.client.set_tag(
-                        run.info.run_id, "radt.stop_reason", f"Slurm requeued job {job}"
+                        run.info.run_id, RADT_STOP_REASON, f"Slurm requeued job {job}"
                     )
         rows: dict[int, object] = {}
         for run in sorted(found, key=lambda r: r.info.start_time):
-            line = run.data.tags.get("radt.plan_line")
+            line = run.data.tags.get(RADT_PLAN_LINE)
             belongs = (
-                parent is None or run.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+                parent is None or run.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent.info.run_id
             )
             if line is not None and line.isdigit() and belongs:
                 rows[int(line)] = run
@@ -311,8 +321,8 @@ class Dispatch:
         """Name Slurm's ending on the runs; close those the ending left RUNNING."""
         reason = f"Slurm ended job {job}: {state.state}"
         for run in runs:
-            self.client.set_tag(run.info.run_id, "radt.slurm.state", state.state)
-            self.client.set_tag(run.info.run_id, "radt.stop_reason", reason)
+            self.client.set_tag(run.info.run_id, RADT_SLURM_STATE, state.state)
+            self.client.set_tag(run.info.run_id, RADT_STOP_REASON, reason)
             if run.info.status == "RUNNING":
                 self.client.set_terminated(run.info.run_id, "KILLED")
 
@@ -333,7 +343,7 @@ class Dispatch:
                 if run.info.status == "RUNNING":
                     self.client.set_tag(
                         run.info.run_id,
-                        "radt.stop_reason",
+                        RADT_STOP_REASON,
                         f"Slurm no longer knows job {job}; the run never ended",
                     )
                     self.client.set_terminated(run.info.run_id, "KILLED")

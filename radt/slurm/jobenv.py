@@ -5,14 +5,23 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from radt.tags import (
+    RADT_SLURM_ARRAY_JOB_ID,
+    RADT_SLURM_ARRAY_TASK_ID,
+    RADT_SLURM_GPUS,
+    RADT_SLURM_JOB_ID,
+    RADT_SLURM_NODE,
+    RADT_SLURM_PARTITION,
+)
+
 # Tag name -> the Slurm output environment variables it is read from (first one set wins).
 TAG_VARIABLES = {
-    "radt.slurm.job_id": ("SLURM_JOB_ID", "SLURM_JOBID"),
-    "radt.slurm.array_job_id": ("SLURM_ARRAY_JOB_ID",),
-    "radt.slurm.array_task_id": ("SLURM_ARRAY_TASK_ID",),
-    "radt.slurm.node": ("SLURMD_NODENAME",),
-    "radt.slurm.partition": ("SLURM_JOB_PARTITION",),
-    "radt.slurm.gpus": ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES"),
+    RADT_SLURM_JOB_ID: ("SLURM_JOB_ID", "SLURM_JOBID"),
+    RADT_SLURM_ARRAY_JOB_ID: ("SLURM_ARRAY_JOB_ID",),
+    RADT_SLURM_ARRAY_TASK_ID: ("SLURM_ARRAY_TASK_ID",),
+    RADT_SLURM_NODE: ("SLURMD_NODENAME",),
+    RADT_SLURM_PARTITION: ("SLURM_JOB_PARTITION",),
+    RADT_SLURM_GPUS: ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES"),
 }
 
 

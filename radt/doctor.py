@@ -282,12 +282,32 @@ def probe_clock_rights(facts: Facts) -> list[Row]:
         why = f"no NVML: {facts.nvml_problem}"
         return [Row("set_clocks", "set GPU clocks", False, why, "install NVML (nvidia-ml-py)")]
     nvml = facts.nvml
-    restricted = []
+    restricted, unanswered = [], []
     for index in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        state = nvml.nvmlDeviceGetAPIRestriction(handle, RESTRICTED_APPLICATION_CLOCKS)
+        try:
+            state = nvml.nvmlDeviceGetAPIRestriction(handle, RESTRICTED_APPLICATION_CLOCKS)
+        except nvml.NVMLError as exc:
+            if getattr(exc, "value", None) != nvml.NVML_ERROR_NOT_SUPPORTED:
+                raise
+            unanswered.append(str(index))
+            continue
         if state:
             restricted.append(str(index))
+    if unanswered:
+        gpus = ", ".join(unanswered)
+        return [
+            Row(
+                "set_clocks",
+                "set GPU clocks",
+                False,
+                f"{who}; this GPU/driver does not say whether clocks may be locked on GPU "
+                f"{gpus} (NVML: Not Supported), as in a VM or on vGPU, where locking is "
+                "usually refused too",
+                f"ask the administrator whether `nvidia-smi -i {unanswered[0]} -lgc MHZ,MHZ` "
+                "works on this node, or use power limits (PowerLimit, power_limit) instead",
+            )
+        ]
     api = (
         f"clock API restricted to root on GPU {', '.join(restricted)}"
         if restricted

@@ -257,3 +257,23 @@ def test_table_has_a_line_per_row(everything):
     assert torch_line.split()[1] == "no"
     assert "no CUDA build -> install a CUDA build of PyTorch" in torch_line
     assert len(lines) == 1 + len(NAMES) + 1
+
+
+def test_clock_rights_unanswered_as_on_the_h200_vm(everything, tmp_path):
+    """The real H200 in a Firecracker VM (tests/fixtures/h200/pynvml.txt): NVML answers the
+    clock API restriction query with Not Supported; the row says what that means and what
+    to do, not "see the reason"."""
+    env = {**everything.env, "FAKE_PYNVML_SCENARIO": scenario(
+        tmp_path, errors={"nvmlDeviceGetAPIRestriction": "NOT_SUPPORTED"}
+    )}  # fmt: skip
+    rows, done = with_fakes(everything, env=env)
+    assert rows["set_clocks"] == {
+        "name": "set_clocks",
+        "what": "set GPU clocks",
+        "ok": False,
+        "why": "root; this GPU/driver does not say whether clocks may be locked on GPU 0 "
+        "(NVML: Not Supported), as in a VM or on vGPU, where locking is usually refused too",
+        "fix": "ask the administrator whether `nvidia-smi -i 0 -lgc MHZ,MHZ` works on this "
+        "node, or use power limits (PowerLimit, power_limit) instead",
+    }
+    assert rows["set_power"]["ok"] and "Traceback" not in done.stderr

@@ -14,6 +14,7 @@ import test_workload as workload
 from conftest import default_signals, kill_quietly, wait_for
 from test_collocation import FakeGpu, gpu, run_teardown  # noqa: F401 - gpu: a fixture
 
+from radt.analysis.summary import summary
 from radt.collocation import clocks, nvsmi
 from radt.collocation.teardown import Teardown
 from radt.errors import RadtError
@@ -78,6 +79,7 @@ def test_clock_refused_by_the_driver_leaves_nothing_to_undo(fake_gpu, monkeypatc
 
 HOLDER = """
 import sys, time
+from radt.analysis.summary import summary
 from radt.collocation import clocks, nvsmi
 from radt.collocation.teardown import Teardown
 
@@ -144,6 +146,8 @@ def test_plan_locks_the_clock_tags_the_runs_and_resets_it(tmp_path, template_db,
     assert parents["clocked"].data.tags["radt.gpu_clock_mhz"] == "1095"
     assert children["clocked/A"].data.tags["radt.gpu_clock_mhz"] == "1095"
     assert children["clocked/A"].info.status == ("FINISHED" if code == 0 else "FAILED")
+    frame = summary("study", tracking_uri=ws.uri)
+    assert list(frame["gpu_clock_mhz"]) == ["1095", "1095"]  # the workload and its run
 
 
 def test_plan_resets_the_clock_after_sigint(tmp_path, template_db):

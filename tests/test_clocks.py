@@ -219,3 +219,27 @@ def test_study_gpu_clock_problems_are_found_before_anything_starts(tmp_path, tem
     path.write_text(CLOCK_STUDY.format(mhz="fast"))
     with pytest.raises(StudyError, match=r"gpu_clock\[1\]: 'fast' is not a positive whole number"):
         read_study(path, cwd=ws.root)
+
+
+def test_two_clocks_on_one_gpu_at_once_are_refused_with_one_line(tmp_path, template_db):
+    ws = workload.new_workspace(tmp_path, template_db)
+    fake = workload.with_fakes(ws)
+    workload.write_plan(
+        ws,
+        "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params, "
+        "GpuClock, Env\n"
+        "study, pair, , , 0, naive, job.py, none, , 1095, JOB=a EXIT=0 SLEEP=0\n"
+        "study, pair, , , 0, naive, job.py, none, , 1200, JOB=b EXIT=0 SLEEP=0\n"
+        "study, apart, , , 0, naive, job.py, none, , 1095, JOB=c EXIT=0 SLEEP=0\n"
+        "study, apart, , , 0, naive, job.py, none, , -, JOB=d EXIT=0 SLEEP=0\n",
+    )
+    done = ws.run(["plan.csv"])
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[:2] == [
+        "radt: error: plan.csv has 1 problem; nothing was started:",
+        "plan.csv line 3: GpuClock 1200 MHz differs from 1095 MHz on line 2 for GPU 0 (a "
+        "locked clock applies to the whole GPU); give each clock a workload of its own",
+    ], done.stderr
+    assert "Traceback" not in done.stderr
+    assert clock_calls(fake) == []
+    assert workload.started_pid(ws, "a") is None

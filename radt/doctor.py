@@ -296,18 +296,12 @@ def probe_clock_rights(facts: Facts) -> list[Row]:
             restricted.append(str(index))
     if unanswered:
         gpus = ", ".join(unanswered)
-        return [
-            Row(
-                "set_clocks",
-                "set GPU clocks",
-                False,
-                f"{who}; this GPU/driver does not say whether clocks may be locked on GPU "
-                f"{gpus} (NVML: Not Supported), as in a VM or on vGPU, where locking is "
-                "usually refused too",
-                f"ask the administrator whether `nvidia-smi -i {unanswered[0]} -lgc MHZ,MHZ` "
-                "works on this node, or use power limits (PowerLimit, power_limit) instead",
-            )
-        ]
+        why = (
+            f"{who}; NVML does not say who may lock clocks on GPU {gpus} (Not Supported, as "
+            "in a VM); root could lock them on such a GPU (an H200 in a VM, driver 580)"
+        )
+        fix = "" if root else f"{ROOT_FIX}; or use power limits (PowerLimit, power_limit) instead"
+        return [Row("set_clocks", "set GPU clocks", root, why, fix)]
     api = (
         f"clock API restricted to root on GPU {', '.join(restricted)}"
         if restricted

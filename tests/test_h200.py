@@ -220,3 +220,25 @@ def test_mig_mode_from_the_h200(replayed, monkeypatch):
 
     monkeypatch.setenv("PATH", replayed.env["PATH"])
     assert mig_mode(0) == ("Disabled", "Disabled")
+
+
+def test_fake_lock_and_query_print_the_real_layout(fakes_on_path, tmp_path):
+    """The fake's -lgc answer and its idle clock when locked, as the H200 printed them."""
+    fakes_on_path.setenv("FAKE_NVIDIA_SMI_STATE", str(tmp_path / "state.json"))
+
+    def smi(*args: str) -> str:
+        return subprocess.run(
+            ["nvidia-smi", *args], capture_output=True, text=True, check=True
+        ).stdout
+
+    real = text("nvidia_smi_lgc.txt").replace("00000000:00:06.0", "00000000:2F:00.0")
+    assert smi("-i", "0", "-lgc", "1410,1410") == real
+    fields = "clocks.sm,clocks_event_reasons.active"
+    fake = smi("-i", "0", f"--query-gpu={fields}", "--format=csv").splitlines()
+    header, values = text("nvidia_smi_query_clocks_locked.csv").splitlines()
+    cells = dict(zip(header.split(", "), values.split(", "), strict=True))
+    assert fake == [
+        "clocks.current.sm [MHz], clocks_event_reasons.active",
+        f"{cells['clocks.current.sm [MHz]']}, {cells['clocks_event_reasons.active']}",
+    ]
+    assert smi("-i", "0", "-rgc") == "All done.\n"

@@ -648,7 +648,8 @@ NO_FRONTIER = (
 )
 NO_NORMALISED = (
     "No normalised figures: they divide by the Job's <i>none</i> run on the whole GPU at the<br>"
-    "default power limit; run the job alone at full power (collocation none, no power_limit)."
+    "default power limit and clock; run the job alone at full power (collocation none, no "
+    "power_limit, no gpu_clock)."
 )
 
 

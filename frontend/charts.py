@@ -83,6 +83,20 @@ def power_label(value) -> str:
     return f"{text} W" if text else "default cap"
 
 
+def setting_label(power, clock=None) -> str:
+    """The power limit and the locked SM clock in words: ``250 W · 1410 MHz``, ``default cap``
+    (the clock left out at the driver's default)."""
+    text = power_label(power)
+    return f"{text} · {clock} MHz" if _present(clock) and str(clock) != "default" else text
+
+
+def _settings(rows: pd.DataFrame) -> pd.Series:
+    """Each row's :func:`setting_label` (a frame without a clock column: default clocks)."""
+    clocks = rows["gpu_clock_mhz"] if "gpu_clock_mhz" in rows else [None] * len(rows)
+    labels = [setting_label(p, c) for p, c in zip(rows["power_limit_w"], clocks, strict=True)]
+    return pd.Series(labels, index=rows.index, dtype=object)
+
+
 def config_label(row: pd.Series) -> str:
     """A configuration in words: ``mig 3g.40gb · 250 W``, ``mps 50% · default cap``, ``naive``."""
     mode = str(row.get("collocation") or Mode.NONE)
@@ -91,7 +105,7 @@ def config_label(row: pd.Series) -> str:
         detail = f" {row['mig_profile']}"
     elif mode == Mode.MPS and _present(row.get("mps_thread_pct")):
         detail = f" {float(row['mps_thread_pct']):g}%"
-    return f"{mode}{detail} · {power_label(row.get('power_limit_w'))}"
+    return f"{mode}{detail} · {setting_label(row.get('power_limit_w'), row.get('gpu_clock_mhz'))}"
 
 
 def _present(value) -> bool:
@@ -169,7 +183,7 @@ def _window_text(rows: pd.DataFrame) -> np.ndarray:
 
 
 def _symbols(frame: pd.DataFrame) -> dict[str, str]:
-    caps = sorted({power_label(v) for v in frame["power_limit_w"]})
+    caps = sorted(set(_settings(frame)))
     return {cap: SYMBOLS[i % len(SYMBOLS)] for i, cap in enumerate(caps)}
 
 
@@ -195,7 +209,7 @@ def efficiency_figure(frame: pd.DataFrame) -> go.Figure:
     mixed = rows["_basis"].nunique() > 1
     fig = go.Figure()
     for (mode, cap, basis), part in _ordered(rows).groupby(
-        ["collocation", rows["power_limit_w"].map(power_label), "_basis"],
+        ["collocation", _settings(rows), "_basis"],
         sort=False,
         dropna=False,
     ):
@@ -320,7 +334,7 @@ def client_energy_figure(frame: pd.DataFrame) -> go.Figure:
     symbols = _symbols(rows)
     fig = go.Figure()
     for (mode, cap, what), part in _ordered(rows).groupby(
-        ["collocation", rows["power_limit_w"].map(power_label), "_kind"], sort=False
+        ["collocation", _settings(rows), "_kind"], sort=False
     ):
         estimate = what == "est"
         fig.add_trace(
@@ -362,7 +376,7 @@ def throughput_energy_figure(frame: pd.DataFrame) -> go.Figure:
         subplot_titles=("throughput (examples/s)", "energy per example (J)"),
         horizontal_spacing=0.12,
     )
-    outer = rows["power_limit_w"].map(power_label).to_numpy(dtype=object)
+    outer = _settings(rows).to_numpy(dtype=object)
     inner = rows["workload"].fillna(rows["run_name"]).astype(str).to_numpy(dtype=object)
     windows = _window_text(rows)
     for col, values in ((1, rate), (2, joules)):
@@ -631,7 +645,8 @@ NO_FRONTIER = (
 )
 NO_NORMALISED = (
     "No normalised figures: they divide by the Job's <i>none</i> run on the whole GPU at the<br>"
-    "default power limit; run the job alone at full power (collocation none, no power_limit)."
+    "default power limit and clock; run the job alone at full power (collocation none, no "
+    "power_limit, no gpu_clock)."
 )
 
 
@@ -686,7 +701,10 @@ def frontier_figure(table: pd.DataFrame, normalised: bool = False) -> go.Figure:
         return empty_figure(NO_NORMALISED if normalised and len(empty) else NO_FRONTIER, title)
     points = points.assign(
         _mode=points["configuration"].map(configuration_mode),
-        _cap=points["power_limit_w"].map(lambda v: power_label(None if v == "default" else v)),
+        _cap=[
+            setting_label(None if power == "default" else power, clock)
+            for power, clock in zip(points["power_limit_w"], points["gpu_clock_mhz"], strict=True)
+        ],
     )
     symbols = {cap: SYMBOLS[i % len(SYMBOLS)] for i, cap in enumerate(sorted(set(points["_cap"])))}
     jobs = list(dict.fromkeys(points["job"]))

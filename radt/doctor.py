@@ -282,12 +282,26 @@ def probe_clock_rights(facts: Facts) -> list[Row]:
         why = f"no NVML: {facts.nvml_problem}"
         return [Row("set_clocks", "set GPU clocks", False, why, "install NVML (nvidia-ml-py)")]
     nvml = facts.nvml
-    restricted = []
+    restricted, unanswered = [], []
     for index in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        state = nvml.nvmlDeviceGetAPIRestriction(handle, RESTRICTED_APPLICATION_CLOCKS)
+        try:
+            state = nvml.nvmlDeviceGetAPIRestriction(handle, RESTRICTED_APPLICATION_CLOCKS)
+        except nvml.NVMLError as exc:
+            if getattr(exc, "value", None) != nvml.NVML_ERROR_NOT_SUPPORTED:
+                raise
+            unanswered.append(str(index))
+            continue
         if state:
             restricted.append(str(index))
+    if unanswered:
+        gpus = ", ".join(unanswered)
+        why = (
+            f"{who}; NVML does not say who may lock clocks on GPU {gpus} (Not Supported, as "
+            "in a VM); root could lock them on such a GPU (an H200 in a VM, driver 580)"
+        )
+        fix = "" if root else f"{ROOT_FIX}; or use power limits (PowerLimit, power_limit) instead"
+        return [Row("set_clocks", "set GPU clocks", root, why, fix)]
     api = (
         f"clock API restricted to root on GPU {', '.join(restricted)}"
         if restricted

@@ -14,6 +14,7 @@ import test_workload as workload
 from conftest import default_signals, kill_quietly, wait_for
 from test_collocation import FakeGpu, gpu, run_teardown  # noqa: F401 - gpu: a fixture
 
+from radt.analysis.summary import summary
 from radt.collocation import clocks, nvsmi
 from radt.collocation.teardown import Teardown
 from radt.errors import RadtError
@@ -47,6 +48,28 @@ def test_clock_locked_and_reset(fake_gpu):
     assert ["-i", "0", "-rgc"] in fake_gpu.smi_calls()
 
 
+def test_a_lock_set_before_radt_is_put_back_not_reset(fake_gpu):
+    fake_gpu.smi("-i", "0", "-lgc", "1410,1410")  # someone else's lock
+    assert clocks.existing_lock_mhz(0, 210) == 1410  # idle at 1410 MHz, not at 210
+    teardown = Teardown()
+    line = clocks.setup_gpu(the_gpu(), 1200, teardown, "plan line 2")
+    assert fake_gpu.state()["gpus"]["0"]["locked_clocks"] == [1200, 1200]
+    assert line == (
+        "GPU 0 (NVIDIA A100-SXM4-40GB): clock locked at 1200 MHz; it idled locked at 1410 MHz "
+        "before, and is locked there again afterwards\n"
+    )
+    assert teardown.pending() == ["lock the clock of GPU 0 at 1410 MHz again"]
+    assert run_teardown(teardown) == ([], [])
+    assert fake_gpu.state()["gpus"]["0"]["locked_clocks"] == [1410, 1410]
+    assert fake_gpu.smi_calls()[-1] == ["-i", "0", "-lgc", "1410,1410"]
+    assert ["-i", "0", "-rgc"] not in fake_gpu.smi_calls()
+
+
+def test_no_lock_is_seen_on_an_idle_gpu_at_its_lowest_clock(fake_gpu):
+    assert clocks.existing_lock_mhz(0, 210) is None  # the fake idles at 210 MHz unlocked
+    assert clocks.existing_lock_mhz(0, 100) == 210  # were 100 MHz its lowest: locked at 210
+
+
 def test_unsupported_clock_is_refused_with_the_nearest(fake_gpu):
     problems = clocks.check_gpu(the_gpu(), 1201, "study.yaml gpu_clock[1]")
     assert problems == [
@@ -78,12 +101,15 @@ def test_clock_refused_by_the_driver_leaves_nothing_to_undo(fake_gpu, monkeypatc
 
 HOLDER = """
 import sys, time
+from radt.analysis.summary import summary
 from radt.collocation import clocks, nvsmi
 from radt.collocation.teardown import Teardown
 
 teardown = Teardown()
 try:
     fake_gpu = nvsmi.parse_list(nvsmi.run(["nvidia-smi", "-L"]).output)[0]
+    if sys.argv[2] != "-":
+        nvsmi.run(["nvidia-smi", "-i", "0", "-lgc", f"{sys.argv[2]},{sys.argv[2]}"])
     clocks.setup_gpu(fake_gpu, 1095, teardown, "test")
     print("locked", flush=True)
     if sys.argv[1] == "fail":
@@ -94,10 +120,12 @@ finally:
 """
 
 
+@pytest.mark.parametrize("before", [None, 1410])
 @pytest.mark.parametrize("how", ["fail", "sigint"])
-def test_clock_reset_after_a_failure_and_sigint(fake_gpu, how):
+def test_clock_reset_after_a_failure_and_sigint(fake_gpu, how, before):
+    """Reset, or (a lock from before) locked at that clock again, on both paths."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, how],
+        [sys.executable, "-c", HOLDER, how, str(before or "-")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -111,8 +139,12 @@ def test_clock_reset_after_a_failure_and_sigint(fake_gpu, how):
     # an uncaught KeyboardInterrupt ends Python by the signal itself
     assert holder.returncode == (-signal.SIGINT if how == "sigint" else 1)
     assert ("KeyboardInterrupt" if how == "sigint" else "RuntimeError: the run failed") in err
-    assert fake_gpu.state() == {}
-    assert fake_gpu.smi_calls()[-1] == ["-i", "0", "-rgc"]
+    if before is None:
+        assert fake_gpu.state() == {}
+        assert fake_gpu.smi_calls()[-1] == ["-i", "0", "-rgc"]
+    else:
+        assert fake_gpu.state()["gpus"]["0"]["locked_clocks"] == [before, before]
+        assert fake_gpu.smi_calls()[-1] == ["-i", "0", "-lgc", f"{before},{before}"]
 
 
 # --------------------------------------------------------------------------- GpuClock in plans
@@ -144,6 +176,8 @@ def test_plan_locks_the_clock_tags_the_runs_and_resets_it(tmp_path, template_db,
     assert parents["clocked"].data.tags["radt.gpu_clock_mhz"] == "1095"
     assert children["clocked/A"].data.tags["radt.gpu_clock_mhz"] == "1095"
     assert children["clocked/A"].info.status == ("FINISHED" if code == 0 else "FAILED")
+    frame = summary("study", tracking_uri=ws.uri)
+    assert list(frame["gpu_clock_mhz"]) == ["1095", "1095"]  # the workload and its run
 
 
 def test_plan_resets_the_clock_after_sigint(tmp_path, template_db):
@@ -215,3 +249,65 @@ def test_study_gpu_clock_problems_are_found_before_anything_starts(tmp_path, tem
     path.write_text(CLOCK_STUDY.format(mhz="fast"))
     with pytest.raises(StudyError, match=r"gpu_clock\[1\]: 'fast' is not a positive whole number"):
         read_study(path, cwd=ws.root)
+
+
+def test_two_clocks_on_one_gpu_at_once_are_refused_with_one_line(tmp_path, template_db):
+    ws = workload.new_workspace(tmp_path, template_db)
+    fake = workload.with_fakes(ws)
+    workload.write_plan(
+        ws,
+        "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params, "
+        "GpuClock, Env\n"
+        "study, pair, , , 0, naive, job.py, none, , 1095, JOB=a EXIT=0 SLEEP=0\n"
+        "study, pair, , , 0, naive, job.py, none, , 1200, JOB=b EXIT=0 SLEEP=0\n"
+        "study, apart, , , 0, naive, job.py, none, , 1095, JOB=c EXIT=0 SLEEP=0\n"
+        "study, apart, , , 0, naive, job.py, none, , -, JOB=d EXIT=0 SLEEP=0\n",
+    )
+    done = ws.run(["plan.csv"])
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[:2] == [
+        "radt: error: plan.csv has 1 problem; nothing was started:",
+        "plan.csv line 3: GpuClock 1200 MHz differs from 1095 MHz on line 2 for GPU 0 (a "
+        "locked clock applies to the whole GPU); give each clock a workload of its own",
+    ], done.stderr
+    assert "Traceback" not in done.stderr
+    assert clock_calls(fake) == []
+    assert workload.started_pid(ws, "a") is None
+
+
+def someone_else_locked_1410(fake: workload.FakeGpu) -> str:
+    """A clock lock set before radT; the fake's state with it."""
+    fake.smi("-i", "0", "-lgc", "1410,1410")
+    fake.smi_log.unlink()
+    return fake.state_text()
+
+
+@pytest.mark.parametrize("how", ["success", "sigint"])
+def test_plan_puts_a_lock_from_before_back(tmp_path, template_db, how):
+    ws = workload.new_workspace(tmp_path, template_db)
+    fake = workload.with_fakes(ws)
+    before = someone_else_locked_1410(fake)
+    sleep = 0 if how == "success" else 120
+    workload.write_plan(ws, CLOCK_PLAN.format(mhz="1095", code=0, sleep=sleep))
+    if how == "success":
+        done = ws.run(["plan.csv"])
+        assert done.returncode == 0, done.stderr
+        assert workload.jobs(done.stdout)["a"][1]["gpu"]["gpus"]["0"]["locked_clocks"] == [
+            1095,
+            1095,
+        ]
+    else:
+        radt = ws.start(["--grace", "2", "plan.csv"])
+        pid = None
+        try:
+            pid = wait_for(lambda: workload.started_pid(ws, "a"), timeout=90)
+            assert json.loads(fake.state_text())["gpus"]["0"]["locked_clocks"] == [1095, 1095]
+            radt.send_signal(signal.SIGINT)
+            _, err = radt.communicate(timeout=90)
+            assert radt.returncode == 128 + signal.SIGINT, err
+        finally:
+            radt.kill()
+            if pid:
+                kill_quietly(pid)
+    assert fake.state_text() == before  # locked at 1410 MHz again, not reset
+    assert clock_calls(fake) == [["-i", "0", "-lgc", "1095,1095"], ["-i", "0", "-lgc", "1410,1410"]]

@@ -257,3 +257,22 @@ def test_table_has_a_line_per_row(everything):
     assert torch_line.split()[1] == "no"
     assert "no CUDA build -> install a CUDA build of PyTorch" in torch_line
     assert len(lines) == 1 + len(NAMES) + 1
+
+
+def test_clock_rights_unanswered_as_on_the_h200_vm(everything, tmp_path):
+    """The real H200 in a VM (tests/fixtures/h200/pynvml.txt): NVML answers the clock API
+    restriction query with Not Supported, yet root could lock clocks there
+    (h200/nvidia_smi_lgc.txt); the row says so instead of "see the reason"."""
+    env = {**everything.env, "FAKE_PYNVML_SCENARIO": scenario(
+        tmp_path, errors={"nvmlDeviceGetAPIRestriction": "NOT_SUPPORTED"}
+    )}  # fmt: skip
+    rows, done = with_fakes(everything, env=env)
+    assert rows["set_clocks"] == {
+        "name": "set_clocks",
+        "what": "set GPU clocks",
+        "ok": True,
+        "why": "root; NVML does not say who may lock clocks on GPU 0 (Not Supported, as in a "
+        "VM); root could lock them on such a GPU (an H200 in a VM, driver 580)",
+        "fix": "",
+    }
+    assert rows["set_power"]["ok"] and "Traceback" not in done.stderr

@@ -279,9 +279,16 @@ def test_power_limit_out_of_range(env):
 
 
 def test_mig_needs_mig_mode(env):
+    """As the real H200 (driver 580.159.04) answers with MIG mode off: the listing of GPU
+    instances says so and exits 0; the profiles are listed all the same."""
     res = run(["nvidia-smi", "mig", "-lgi"], env)
-    assert res.stdout == "No MIG-enabled devices found.\n"
-    assert res.returncode != 0
+    assert res.stdout == fixture("h200/nvidia_smi_mig_lgi.txt")
+    assert res.returncode == 0
+    res = run(["nvidia-smi", "mig", "-lgip"], env)
+    assert res.returncode == 0
+    assert res.stdout == fixture("nvidia_smi_mig_lgip.txt")
+    res = run(["nvidia-smi", "mig", "-cgi", "9"], env)
+    assert (res.stdout, res.returncode) == ("No MIG-enabled devices found.\n", 6)
 
 
 @pytest.mark.slow

@@ -301,3 +301,91 @@ def test_a_job_without_gpu_energy_takes_the_hosts_and_says_so():
     assert math.isnan(c.loc["none", "energy_per_example_norm"])
     a = point(result, "A", "naive x2")
     assert a["energy_source"] == "gpu" and a["energy_per_example_nj"] == 60
+
+
+# Job C across the clock dial (t ns, e nJ per example), power limit × locked SM clock:
+# Q1 none/default/default (100, 50), Q2 none/default/1410 MHz (120, 40),
+# Q3 none/default/1200 MHz (140, 42), Q4 none/150 W/1410 MHz (130, 38).
+# Q3 is beaten by Q2 (faster and cheaper); Q1, Q2, Q4 are on the frontier.
+CLOCK_ROWS = [
+    {**row("c1", "C", "none", None, 100, 50, level="run"), "gpu_clock_mhz": None},
+    {**row("c2", "C", "none", None, 120, 40, level="run"), "gpu_clock_mhz": "1410"},
+    {**row("c3", "C", "none", None, 140, 42, level="run"), "gpu_clock_mhz": "1200"},
+    {**row("c4", "C", "none", "150", 130, 38, level="run"), "gpu_clock_mhz": "1410"},
+]
+
+
+def test_a_locked_clock_is_a_point_of_its_own():
+    result = table(CLOCK_ROWS)
+    points = {(p.power_limit_w, p.gpu_clock_mhz): p for p in result.itertuples() if p.job == "C"}
+    assert list(points) == [  # sorted by time
+        ("default", "default"),
+        ("default", "1410"),
+        ("150", "1410"),
+        ("default", "1200"),
+    ]
+    assert {k: p.count for k, p in points.items()} == dict.fromkeys(points, 1)  # never merged
+    assert {k for k, p in points.items() if p.on_frontier} == {
+        ("default", "default"),
+        ("default", "1410"),
+        ("150", "1410"),
+    }
+    # Q3 (140, 42): the cheapest frontier point at least as fast is Q4 (130, 38)
+    assert points[("default", "1200")].energy_bloat_pct == pytest.approx(100 * (42 / 38 - 1))
+    assert [k for k, p in points.items() if p.energy_optimal] == [("150", "1410")]
+    assert [k for k, p in points.items() if p.time_optimal] == [("default", "default")]
+
+
+def test_a_frame_without_the_clock_column_is_at_the_default_clock():
+    result = table([row("d1", "D", "none", None, 100, 50, level="run")])
+    assert list(result["gpu_clock_mhz"]) == ["default"]
+
+
+def test_baseline_is_at_the_same_clock_else_the_default():
+    from types import SimpleNamespace
+
+    from radt.analysis.summary import choose_baseline
+
+    def none_run(run_id, power=None, clock=None):
+        return SimpleNamespace(
+            run_id=run_id, experiment_id="1", job="C", basis="examples", power=power, clock=clock
+        )
+
+    runs = [none_run("c1"), none_run("c2", clock="1410"), none_run("c4", "150", "1410")]
+    chosen = {
+        setting: [c.run_id for c in choose_baseline(runs, "1", "C", "examples", *setting)[0]]
+        for setting in [(None, None), (None, "1410"), ("150", "1410"), (None, "1200")]
+    }
+    assert chosen == {
+        (None, None): ["c1"],  # not averaged with the run at 1410 MHz
+        (None, "1410"): ["c2"],
+        ("150", "1410"): ["c4"],
+        (None, "1200"): ["c1"],  # no none run at 1200 MHz: the default's
+    }
+    _, why = choose_baseline(runs[1:], "1", "C", "examples", None, "1200")
+    assert why == (
+        "no baseline: no FINISHED none run of this job on basis examples at 1200 MHz or the "
+        "default power limit and clock"
+    )
+
+
+def test_compare_page_frontier_names_the_clock_of_each_point():
+    from radt.frontend.figures import config_label, frontier_figure, setting_label
+
+    figure = frontier_figure(table(CLOCK_ROWS))
+    markers = [t.name for t in figure.data if t.mode == "markers"]
+    assert markers == [
+        "none · default cap",
+        "none · default cap · 1410 MHz",
+        "none · 150 W · 1410 MHz",
+        "none · default cap · 1200 MHz (dominated)",
+    ]
+    notes = {a.text for a in figure.layout.annotations if "optimal" in a.text}
+    assert notes == {
+        "energy-optimal: none · 150 W · 1410 MHz",
+        "time-optimal: none · default cap",
+    }
+    assert setting_label("250", "1410") == "250 W · 1410 MHz"
+    assert setting_label(None, "default") == setting_label(None, None) == "default cap"
+    clocked = pd.Series({"collocation": "naive", "power_limit_w": None, "gpu_clock_mhz": "1200"})
+    assert config_label(clocked) == "naive · default cap · 1200 MHz"

@@ -75,11 +75,11 @@ def compare_note(workloads: int, chosen: int) -> str:
     if chosen:
         return (
             f"The {count(workloads, 'workload')} of the {count(chosen, 'selected run')}. "
-            "Colour: collocation mode; grouped by power limit."
+            "Colour: collocation mode; grouped by power limit and GPU clock."
         )
     return (
         f"Every workload of the experiment ({workloads}); tick runs on the Runs page "
-        "to narrow the comparison. Colour: collocation mode; grouped by power limit."
+        "to narrow the comparison. Colour: collocation mode; grouped by power limit and GPU clock."
     )
 
 

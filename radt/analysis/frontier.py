@@ -1,15 +1,17 @@
-"""The time–energy frontier: per Job, which configurations × power limits are worth running.
+"""The time–energy frontier: per Job, which configurations × power limits × GPU clocks are
+worth running.
 
-Each **point** is one Job × configuration × power limit (× basis) of the provider view of
-:func:`radt.analysis.summary.repeats`: the mean over its FINISHED repeats of the provider time
-per example (ns) and energy per example (nJ). A point is **on the frontier** (Pareto-optimal)
-when no other point of the same Job is at least as fast and at least as cheap and better in one
-of the two. Its **energy bloat** is how much more energy per example it uses than the cheapest
-frontier point that is at least as fast: ``100 × (e / min{e_f : f on the frontier, t_f ≤ t} − 1)``
-percent, 0 on the frontier. The **energy-optimal** point is the frontier point with the least
-energy (the faster one on a tie), the **time-optimal** point the fastest (the cheaper one on a
-tie). A point without both figures (no examples, no energy) is listed with ``on_frontier``
-missing and the reason in ``frontier_note``; figures on different bases are never compared.
+Each **point** is one Job × configuration × power limit × locked GPU clock (× basis) of the
+provider view of :func:`radt.analysis.summary.repeats`: the mean over its FINISHED repeats of
+the provider time per example (ns) and energy per example (nJ). A point is **on the frontier**
+(Pareto-optimal) when no other point of the same Job is at least as fast and at least as cheap
+and better in one of the two. Its **energy bloat** is how much more energy per example it uses
+than the cheapest frontier point that is at least as fast: ``100 × (e / min{e_f : f on the
+frontier, t_f ≤ t} − 1)`` percent, 0 on the frontier. The **energy-optimal** point is the
+frontier point with the least energy (the faster one on a tie), the **time-optimal** point the
+fastest (the cheaper one on a tie). A point without both figures (no examples, no energy) is
+listed with ``on_frontier`` missing and the reason in ``frontier_note``; figures on different
+bases are never compared.
 
 The energy is the GPU's (``energy_source = "gpu"``). A Job none of whose points has GPU
 energy (a study on a machine without a GPU) takes the host's instead, the CPU packages and
@@ -32,7 +34,7 @@ TIME, ENERGY = "time_per_example_ns", "energy_per_example_nj"
 TIME_NORM, ENERGY_NORM = "time_per_example_norm", "energy_per_example_norm"
 HOST_ENERGY = "host_energy_per_example_nj"
 FIGURES = (TIME, ENERGY, TIME_NORM, ENERGY_NORM, "examples_per_s", HOST_ENERGY)
-KEYS = ("job", "configuration", "power_limit_w", "basis")
+KEYS = ("job", "configuration", "power_limit_w", "gpu_clock_mhz", "basis")
 COLUMNS = (
     *KEYS,
     "count",
@@ -61,7 +63,8 @@ def frontier(
     tracking_uri: str | None = None,
     cache_dir: Path | None = None,
 ) -> pd.DataFrame:
-    """Per Job, every configuration × power limit with its frontier figures (see the module).
+    """Per Job, every configuration × power limit × GPU clock with its frontier figures (see
+    the module).
 
     Args:
         experiment: experiment name or id (all its runs unless ``runs`` narrows them).
@@ -75,7 +78,7 @@ def frontier(
         provider ``time_per_example_ns`` and ``energy_per_example_nj`` with their ``_std``,
         ``energy_source`` (``gpu``, or ``host`` for a Job without GPU energy), the mean
         normalised figures (over the Job's ``none`` baseline at the default power
-        limit: the whole GPU at full power), ``on_frontier``, ``energy_bloat_pct``,
+        limit and clock: the whole GPU at full power), ``on_frontier``, ``energy_bloat_pct``,
         ``energy_optimal``, ``time_optimal``, ``frontier_note`` and ``run_ids``; sorted by Job,
         then time per example.
     """

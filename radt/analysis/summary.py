@@ -130,6 +130,7 @@ COLUMNS = (
     "mig_profile",
     "mps_thread_pct",
     "power_limit_w",
+    "gpu_clock_mhz",
     "job",
     "configuration",
     "loader",
@@ -186,7 +187,7 @@ REPEAT_FIGURES = (
     *ATTRIBUTION_REPEATS,
 )
 """The figures :func:`repeats` aggregates."""
-REPEAT_KEYS = ("view", "job", "configuration", "power_limit_w", "basis")
+REPEAT_KEYS = ("view", "job", "configuration", "power_limit_w", "gpu_clock_mhz", "basis")
 """What makes runs repeats of each other (with the view: providers or clients)."""
 STATISTICS = ("mean", "std", "min", "max")
 SHARED_LOADER = " + shared loader"
@@ -388,6 +389,12 @@ class Record:
     def power(self) -> str | None:
         """The power limit as recorded; None at the default."""
         value = self.tags.get(RADT_POWER_LIMIT_W)
+        return str(value) if _present(value) else None
+
+    @property
+    def clock(self) -> str | None:
+        """The locked SM clock (MHz) as recorded; None at the driver's default."""
+        value = self.tags.get("radt.gpu_clock_mhz")
         return str(value) if _present(value) else None
 
     @property
@@ -641,8 +648,10 @@ def choose_baseline(
     job: str | None,
     basis: str,
     power,
+    clock=None,
 ) -> tuple[list[Record], str | None]:
-    """The Job's ``none`` runs on the same basis: at the same power limit, else at the default.
+    """The Job's ``none`` runs on the same basis: at the same power limit and GPU clock, else
+    at the default of both.
 
     ``candidates``: records, or records by :func:`baselines_by_job`. Returns the chosen
     runs (repeats; empty when none) and, when empty, why.
@@ -657,11 +666,18 @@ def choose_baseline(
             for c in candidates
             if c.experiment_id == experiment_id and c.job == job and c.basis == basis
         ]
-    for wanted in dict.fromkeys([power, None]):
-        chosen = [c for c in same if c.power == wanted]
+    for wanted in dict.fromkeys([(power, clock), (None, None)]):
+        chosen = [c for c in same if (c.power, c.clock) == wanted]
         if chosen:
             return chosen, None
-    where = f"at {power} W or the default power limit" if power else "at the default power limit"
+    setting = " and ".join(
+        [*([f"{power} W"] if power else []), *([f"{clock} MHz"] if clock else [])]
+    )
+    where = (
+        f"at {setting} or the default power limit and clock"
+        if setting
+        else "at the default power limit and clock"
+    )
     return [], f"no baseline: no FINISHED none run of this job on basis {basis} {where}"
 
 
@@ -698,7 +714,7 @@ def baseline_spread_flagged(pct: Any) -> bool:
 
 def _slowdown(record: Record, candidates: Sequence[Record] | Mapping) -> dict[str, Any]:
     found, why = choose_baseline(
-        candidates, record.experiment_id, record.job, record.basis, record.power
+        candidates, record.experiment_id, record.job, record.basis, record.power, record.clock
     )
     if not found:
         record.notes.append(why)
@@ -715,7 +731,7 @@ def _norm_client(record: Record, candidates: Sequence[Record] | Mapping) -> dict
     """A client's figures over its Job's baseline at the default power limit."""
     found, why = choose_baseline(candidates, record.experiment_id, record.job, record.basis, None)
     if not found:
-        if record.power is not None:
+        if record.power is not None or record.clock is not None:
             record.notes.append(why.replace("no baseline", "no normalised figures"))
         return {}
     time_norm = record.work / _mean(c.work for c in found)
@@ -811,6 +827,7 @@ def _row(record: Record, configuration: str) -> dict:
         "mig_profile": tags["mig_profile"],
         "mps_thread_pct": _mps(tags["mps_thread_pct"]),
         "power_limit_w": tags["power_limit_w"],
+        "gpu_clock_mhz": record.clock,
         "job": record.job,
         "configuration": configuration,
         "loader": loader_mode(run.data.tags),
@@ -1098,15 +1115,16 @@ def _compute(client, records: dict[str, Record], plans: Sequence, children) -> d
 
 
 def repeats(frame: pd.DataFrame, figures: Sequence[str] = REPEAT_FIGURES) -> pd.DataFrame:
-    """Repeats of a :func:`summary` frame: per Job × configuration × power limit × basis.
+    """Repeats of a :func:`summary` frame: per Job × configuration × power limit × GPU clock ×
+    basis.
 
     Two views: ``view = "provider"`` groups the workloads and lone runs,
     ``view = "client"`` the clients and lone runs (a lone run is both).
-    Columns: the group (``view, job, configuration, power_limit_w, basis``),
+    Columns: the group (``view, job, configuration, power_limit_w, gpu_clock_mhz, basis``),
     ``count`` (rows in the group), ``run_ids`` (space-separated) and, for every
     figure of ``figures``, ``<figure>_mean``, ``_std`` (sample standard
     deviation, NaN for one repeat), ``_min`` and ``_max`` over the rows where
-    the figure is known. A missing power limit (the default) reads ``default``.
+    the figure is known. A missing power limit or clock (the default) reads ``default``.
     """
     import pandas as pd
 
@@ -1130,6 +1148,9 @@ def repeats(frame: pd.DataFrame, figures: Sequence[str] = REPEAT_FIGURES) -> pd.
     rows["job"] = rows["job"].fillna("-")
     rows["configuration"] = rows["configuration"].fillna("-")
     rows["power_limit_w"] = rows["power_limit_w"].astype(object).fillna("default")
+    # a frame written before the clock dial has no clock column: every run at the default
+    rows["gpu_clock_mhz"] = rows.reindex(columns=["gpu_clock_mhz"])["gpu_clock_mhz"]
+    rows["gpu_clock_mhz"] = rows["gpu_clock_mhz"].astype(object).fillna("default")
     rows["basis"] = rows["basis"].fillna("-")
     out = []
     for key, group in rows.groupby(list(REPEAT_KEYS), sort=False, dropna=False):

@@ -1,12 +1,17 @@
-"""Locked GPU clocks: read the supported ones, check, lock, and reset afterwards.
+"""Locked GPU clocks: read the supported ones, check, lock, and undo afterwards.
 
 The clock dial beside the power cap: ``nvidia-smi -i N -lgc MHZ,MHZ`` locks the
 graphics (SM) clock of GPU N, ``-rgc`` gives it back to the driver. A clock must be one
 of ``--query-supported-clocks=graphics``. Locking needs root, as a power limit does
 (:func:`radt.collocation.power.may_set_power_limit`); without it the check refuses
-before anything starts. The undo step is the reset: radT cannot read a lock someone set
-before it (nvidia-smi does not print it), so it resets to the driver's default, and says
-so in the artifact line.
+before anything starts.
+
+The undo step puts back what was there. Neither NVML nor nvidia-smi prints a lock
+someone set before radT, but an idle GPU drops to its lowest supported clock unless a
+lock holds it higher (an H200 on driver 580 locked at 1410 MHz idles at 1410 MHz): a GPU
+that is idle above its lowest clock is taken as locked there, and locked there again
+afterwards (as ``-lgc C,C``: an upper bound above C cannot be seen). Otherwise, or when
+the GPU is busy and so tells nothing, the undo is the reset. The artifact line says which.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from radt.collocation.teardown import Teardown
 from radt.errors import RadtError
 
 SMI = nvsmi.SMI
+IDLE_REASON = 0x1  # nvmlClocksEventReasonGpuIdle in clocks_event_reasons.active
 
 
 def supported_mhz(index: int) -> list[int]:
@@ -60,23 +66,63 @@ def check_gpu(gpu: nvsmi.GpuListing, clock_mhz: int, where: str) -> list[str]:
     return []
 
 
+def existing_lock_mhz(index: int, lowest_mhz: int) -> int | None:
+    """The clock a lock set before radT holds idle GPU ``index`` at, or None (no lock seen,
+    the GPU busy, or the fields unknown to an old driver). See the module docstring."""
+    result = nvsmi.run(
+        [
+            SMI,
+            "-i",
+            str(index),
+            "--query-gpu=clocks.sm,clocks_event_reasons.active",
+            "--format=csv,noheader,nounits",
+        ]
+    )
+    if not result.ok:
+        return None
+    try:
+        clock, reasons = (cell.strip() for cell in result.output.strip().split(","))
+        idle = int(reasons, 16) & IDLE_REASON
+        clock_mhz = int(clock)
+    except ValueError:
+        return None
+    return clock_mhz if idle and clock_mhz > lowest_mhz else None
+
+
 def setup_gpu(gpu: nvsmi.GpuListing, clock_mhz: int, teardown: Teardown, where: str) -> str:
-    """Lock the clock; register its reset right after. Returns a line for the artifact."""
+    """Lock the clock; register its undo right after. Returns a line for the artifact."""
     n = gpu.index
     problems = check_gpu(gpu, clock_mhz, where)
     if problems:
         raise RadtError(problems[0])
+    before_mhz = existing_lock_mhz(n, supported_mhz(n)[-1])
     result = nvsmi.run([SMI, "-i", str(n), "-lgc", f"{clock_mhz},{clock_mhz}"], critical=True)
     if result.ok:
-        teardown.add(f"reset the clocks of GPU {n}", lambda: reset(n))
+        if before_mhz is None:
+            teardown.add(f"reset the clocks of GPU {n}", lambda: reset(n))
+        else:
+            teardown.add(
+                f"lock the clock of GPU {n} at {before_mhz} MHz again",
+                lambda: lock(n, before_mhz),
+            )
     result.reraise()
     if not result.ok:
         raise RadtError(
             f"{where}: locking the clock of GPU {n} at {clock_mhz} MHz failed: {result.summary()}"
         )
-    return (
-        f"GPU {n} ({gpu.name}): clock locked at {clock_mhz} MHz; reset to the default afterwards\n"
+    after = (
+        "reset to the default afterwards"
+        if before_mhz is None
+        else f"it idled locked at {before_mhz} MHz before, and is locked there again afterwards"
     )
+    return f"GPU {n} ({gpu.name}): clock locked at {clock_mhz} MHz; {after}\n"
+
+
+def lock(index: int, clock_mhz: int) -> None:
+    """Lock GPU ``index``'s graphics clock at ``clock_mhz`` (``-lgc C,C``)."""
+    result = nvsmi.run([SMI, "-i", str(index), "-lgc", f"{clock_mhz},{clock_mhz}"])
+    if not result.ok:
+        raise RadtError(f"`{result.command}`: {result.summary()}")
 
 
 def reset(index: int) -> None:

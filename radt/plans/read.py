@@ -442,6 +442,12 @@ def _pair_problem(a: Row, b: Row) -> str | None:
             f"PowerLimit {b.power_limit_w:g} W differs from {a.power_limit_w:g} W on line "
             f"{a.line} for {device} (a power cap applies to the whole GPU)"
         )
+    if None not in (a.gpu_clock_mhz, b.gpu_clock_mhz) and a.gpu_clock_mhz != b.gpu_clock_mhz:
+        return (
+            f"GpuClock {b.gpu_clock_mhz} MHz differs from {a.gpu_clock_mhz} MHz on line "
+            f"{a.line} for {device} (a locked clock applies to the whole GPU); give each "
+            "clock a workload of its own"
+        )
     return None
 
 

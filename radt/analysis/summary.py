@@ -79,6 +79,7 @@ from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
     RADT_COLLOCATION,
     RADT_COMMAND,
+    RADT_GPU_CLOCK_MHZ,
     RADT_JOB,
     RADT_JOB_IGNORE,
     RADT_LETTER,
@@ -394,7 +395,7 @@ class Record:
     @property
     def clock(self) -> str | None:
         """The locked SM clock (MHz) as recorded; None at the driver's default."""
-        value = self.tags.get("radt.gpu_clock_mhz")
+        value = self.tags.get(RADT_GPU_CLOCK_MHZ)
         return str(value) if _present(value) else None
 
     @property

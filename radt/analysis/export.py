@@ -283,21 +283,32 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
 def runs_table(frame: pd.DataFrame) -> str:
     """The text table of ``radt runs`` for a :func:`radt.summary` frame.
 
-    Figures are over each row's window; ``basis`` says which (docs/analysis.md).
+    Figures are over each row's window; ``basis`` says which (docs/analysis.md). The figure
+    columns are those of :data:`radt.analysis.catalog.CATALOG` with a ``runs`` header, an
+    optional one only when a row has it.
     """
     import pandas as pd
 
+    from radt.analysis.catalog import CATALOG
+
+    shown = [
+        figure
+        for figure in CATALOG
+        if figure.runs
+        and (
+            not figure.runs_optional
+            or (
+                figure.name in frame
+                and pd.to_numeric(frame[figure.name], errors="coerce").notna().any()
+            )
+        )
+    ]
     header = [
         "name",
         "status",
         "configuration",
         "workload",
-        "duration",
-        "window",
-        "examples/s",
-        "ms/example",
-        "energy/example",
-        "slowdown",
+        *(figure.runs for figure in shown),
         "basis",
         "run id",
     ]
@@ -312,18 +323,12 @@ def runs_table(frame: pd.DataFrame) -> str:
                 str(row.status or "-"),
                 _text(row.configuration),
                 _text(row.workload),
-                _duration(row.duration_s),
-                _duration(row.window_s, exact=True),
-                _number(row.examples_per_s),
-                _number(row.time_per_example_ns * 1e-6, 3),
-                _si(row.energy_per_example_nj * 1e-9, "J"),
-                _slowdown_cell(row),
+                *(_runs_cell(row, figure.name, figure.runs_show) for figure in shown),
                 str(row.basis or "-"),
                 str(row.run_id),
             ]
         )
-    header, rows, right = _cpu_column(frame, header, rows, {4, 5, 6, 7, 8, 9})
-    header, rows, right = _energy_columns(frame, header, rows, right)
+    right = set(range(4, 4 + len(shown)))
     if frame["slurm_job_id"].notna().any():  # runs of Slurm jobs: their job, last
         header.append("slurm job")
         for row, job in zip(rows, frame["slurm_job_id"], strict=True):
@@ -331,44 +336,24 @@ def runs_table(frame: pd.DataFrame) -> str:
     return _table(header, rows, right)
 
 
-def _cpu_column(frame: pd.DataFrame, header: list[str], rows: list[list[str]], right: set[int]):
-    """``CPU ms/example`` after ``ms/example`` when any row has it (``top`` recorded)."""
+def _runs_cell(row, name: str, show: str) -> str:
+    """One figure's cell in ``radt runs``, written as its ``runs_show`` says."""
+    if show == "slowdown":
+        return _slowdown_cell(row)
     import pandas as pd
 
-    if "cpu_per_example_ns" not in frame:
-        return header, rows, right
-    cpu = pd.to_numeric(frame["cpu_per_example_ns"], errors="coerce")
-    if not cpu.notna().any():
-        return header, rows, right
-    at = header.index("ms/example") + 1
-    cells = [_number(value * 1e-6, 3) for value in cpu]
-    header = [*header[:at], "CPU ms/example", *header[at:]]
-    rows = [[*row[:at], cells[i], *row[at:]] for i, row in enumerate(rows)]
-    return header, rows, {i if i < at else i + 1 for i in right} | {at}
-
-
-def _energy_columns(frame: pd.DataFrame, header: list[str], rows: list[list[str]], right):
-    """``host energy/example`` and ``est. energy/example`` after ``energy/example``, when any
-    row has them (an estimate carries its method: it is never a measurement)."""
-    extra: list[tuple[str, list[str]]] = []
-    host = frame.get("host_energy_per_example_nj")
-    if host is not None and host.notna().any():
-        extra.append(("host energy/example", [_si(v * 1e-9, "J") for v in host]))
-    estimate = frame.get("energy_per_example_nj_est")
-    if estimate is not None and estimate.notna().any():
-        methods = frame["energy_est_method"]
-        cells = [
-            "-" if not math.isfinite(v) else f"{_si(v * 1e-9, 'J')} ({m})"
-            for v, m in zip(estimate.astype(float), methods, strict=True)
-        ]
-        extra.append(("est. energy/example", cells))
-    if not extra:
-        return header, rows, right
-    at = header.index("energy/example") + 1
-    header = header[:at] + [name for name, _ in extra] + header[at:]
-    rows = [row[:at] + [cells[i] for _, cells in extra] + row[at:] for i, row in enumerate(rows)]
-    right = {i if i < at else i + len(extra) for i in right} | set(range(at, at + len(extra)))
-    return header, rows, right
+    value = float(pd.to_numeric(getattr(row, name), errors="coerce"))
+    if show in ("duration", "exact"):
+        return _duration(value, exact=show == "exact")
+    if show == "ms":
+        return _number(value * 1e-6, 3)
+    if show == "joules":
+        return _si(value * 1e-9, "J")
+    if show == "estimate":
+        if not math.isfinite(value):
+            return "-"
+        return f"{_si(value * 1e-9, 'J')} ({row.energy_est_method})"
+    return _number(value)
 
 
 def notes(frame: pd.DataFrame) -> list[str]:

@@ -45,12 +45,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from radt.analysis.attribution import (
-    ATTRIBUTION_COLUMNS,
     ATTRIBUTION_KEYS,
     attribute,
     repeat_methods,
 )
-from radt.analysis.attribution import REPEAT_FIGURES as ATTRIBUTION_REPEATS
+from radt.analysis.catalog import CATALOG, REPEATED
 from radt.analysis.figures import (
     DEVICE_FIGURES,
     FIGURES,
@@ -59,7 +58,6 @@ from radt.analysis.figures import (
     energy_method,
     finite_sum,
     per_example,
-    run_figures,
 )
 from radt.analysis.load import (
     KeyFilter,
@@ -119,54 +117,14 @@ COLUMNS = (
     "params",
     "start",
     "end",
-    "duration_s",
-    "basis",
-    "warmup",
-    "window_start",
-    "window_end",
-    "window_s",
-    "examples_total",
-    "examples",
-    "examples_per_s",
-    "time_per_example_ns",
-    "energy_j",
-    "energy_method",
-    "energy_per_example_nj",
-    "cpu_s",
-    "cpu_per_example_ns",
-    "power_mean_w",
-    "power_max_w",
-    "util_mean_pct",
-    "smact_mean_ratio",
-    "gpu_mem_peak_mib",
-    "host_mem_peak_mib",
-    "slowdown",
-    "baseline_run_id",
-    "baseline_cv_pct",
-    "examples_per_s_norm",
-    "time_per_example_norm",
-    "energy_per_example_norm",
-    *ATTRIBUTION_COLUMNS,
+    *(figure.name for figure in CATALOG),
     "window_note",
     "experiment_id",
     *SLURM_COLUMNS,
 )
-REPEAT_FIGURES = (
-    "window_s",
-    "examples",
-    "examples_per_s",
-    "time_per_example_ns",
-    "energy_j",
-    "energy_per_example_nj",
-    "cpu_per_example_ns",
-    "power_mean_w",
-    "util_mean_pct",
-    "slowdown",
-    "examples_per_s_norm",
-    "time_per_example_norm",
-    "energy_per_example_norm",
-    *ATTRIBUTION_REPEATS,
-)
+"""The summary's columns: the run's identity, its figures (:data:`radt.analysis.catalog.CATALOG`),
+why any is missing."""
+REPEAT_FIGURES = REPEATED
 """The figures :func:`repeats` aggregates."""
 REPEAT_KEYS = ("view", "job", "configuration", "power_limit_w", "basis")
 """What makes runs repeats of each other (with the view: providers or clients)."""
@@ -451,18 +409,10 @@ def _figures_over(record: Record, series: Mapping, start: float, end: float, who
     """Figures of ``series`` over a window (or all samples); energy source; a note."""
     from radt.analysis.windows import window_figures
 
-    if whole:
-        figures, used = run_figures_from(series)
-        return figures, energy_method(used, record.tags), None
-    if not (math.isfinite(start) and math.isfinite(end) and end > start):
+    if not whole and not (math.isfinite(start) and math.isfinite(end) and end > start):
         return {name: NAN for name in FIGURES}, "none", None
-    figures, used, note = window_figures(series, start, end)
+    figures, used, note = window_figures(series) if whole else window_figures(series, start, end)
     return figures, energy_method(used, record.tags), note
-
-
-def run_figures_from(series: Mapping) -> tuple[dict[str, float], dict]:
-    """:func:`radt.analysis.figures.run_figures` of already split series."""
-    return run_figures(None, series=series)
 
 
 def _client(record: Record, parent: Record | None, siblings: int) -> None:
@@ -574,7 +524,7 @@ def _provider(record: Record, kids: Sequence[Record], loaders: Sequence[Record] 
             examples = NAN
         record.window = Window(record.start_s, record.end_s, examples, basis, "lifetime")
         record.examples_total = examples
-        figures, used = run_figures_from(record.series)
+        figures, used, _ = window_figures(record.series)
         record.figures, record.method = figures, energy_method(used, record.tags)
         if not math.isfinite(figures["host_mem_peak_mib"]):
             record.figures["host_mem_peak_mib"] = finite_sum(

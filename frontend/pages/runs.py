@@ -10,8 +10,8 @@ from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from radt.frontend.data import DataError, Store
 
 from radt.analysis.attribution import CROSSCHECK_LIMIT_PCT
+from radt.analysis.baselines import BASELINE_SPREAD_LIMIT_PCT
 from radt.analysis.catalog import CATALOG, Figure
-from radt.analysis.summary import BASELINE_SPREAD_LIMIT_PCT
 from radt.words import count
 
 HIDDEN = {"height": "0px", "display": "none"}

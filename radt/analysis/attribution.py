@@ -509,7 +509,7 @@ def _has_host(series: Mapping[str, Arrays]) -> bool:
 
 def _whole(record: Record) -> bool:
     """Figures over all samples (runs and workloads without windows, as before windows)."""
-    from radt.analysis.summary import _whole_run
+    from radt.analysis.levels import _whole_run
 
     if record.level == "provider":
         return record.basis in LIFETIME_BASES

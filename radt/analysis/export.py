@@ -28,7 +28,7 @@ def export_parser() -> argparse.ArgumentParser:
         description="Write the samples of runs (one row per sample, as radt.load returns "
         "them), their summary (one row per run and per workload, as radt.summary), "
         "their repeats (one row per job × configuration × power limit, as "
-        "radt.summary(..., by='repeats')), the time–energy frontier of each job (as "
+        "radt.repeats_summary(...)), the time–energy frontier of each job (as "
         "radt.frontier), their phase intervals (one row per radt.phase block) or their "
         "phase summary (one row per run and phase, as radt.phases) to a CSV or Parquet file.",
     )
@@ -138,7 +138,7 @@ def run_export(argv: list[str]) -> int:
     import pandas as pd
 
     from radt.analysis.load import load, load_wide
-    from radt.analysis.summary import summary
+    from radt.analysis.summary import repeats_summary, summary
 
     args = export_parser().parse_args(argv)
     fmt = _format(args)
@@ -165,7 +165,7 @@ def run_export(argv: list[str]) -> int:
         frame = summary(**selection)
         what = "summary row"
     elif args.repeats:
-        frame = summary(**selection, by="repeats")
+        frame = repeats_summary(**selection)
         what = "repeat group"
     elif args.frontier:
         from radt.analysis.frontier import frontier
@@ -178,7 +178,9 @@ def run_export(argv: list[str]) -> int:
         frame = intervals(**selection)
         what = "phase interval"
     elif args.phase_summary:
-        frame = summary(**selection, by="phases")
+        from radt.analysis.phases import phases
+
+        frame = phases(**selection)
         what = "phase row"
     else:
         bounds = {"keys": args.keys, "start": _time(args.start), "end": _time(args.end)}
@@ -373,7 +375,7 @@ def notes(frame: pd.DataFrame) -> list[str]:
 
 def _text(value) -> str:
     """A text cell: ``-`` for a missing value (None or NaN; never ``nan``)."""
-    from radt.analysis.summary import _present
+    from radt.analysis.runtree import _present
 
     return str(value) if _present(value) else "-"
 
@@ -381,7 +383,7 @@ def _text(value) -> str:
 def _slowdown_cell(row) -> str:
     """``1.71`` or, against a baseline whose repeats spread over the limit, ``1.71 *``; blank
     for a workload or a shared loader, which have none (``-`` is a figure missing)."""
-    from radt.analysis.summary import baseline_spread_flagged
+    from radt.analysis.baselines import baseline_spread_flagged
 
     if row.level in ("provider", "loader"):
         return ""
@@ -392,7 +394,7 @@ def _slowdown_cell(row) -> str:
 def spread_notes(frame: pd.DataFrame) -> list[str]:
     """``name: slowdown 1.71 against 2 baseline repeats that spread 20.2 %`` for each row whose
     baseline's repeats spread over the limit (coefficient of variation, docs/analysis.md)."""
-    from radt.analysis.summary import baseline_spread_flagged
+    from radt.analysis.baselines import baseline_spread_flagged
 
     found = []
     for row in frame.itertuples(index=False):
@@ -460,7 +462,7 @@ def run_runs(argv: list[str]) -> int:
         print("\nmissing figures:\n  " + "\n  ".join(found), file=sys.stderr)
     spread = spread_notes(frame)
     if spread:
-        from radt.analysis.summary import BASELINE_SPREAD_LIMIT_PCT
+        from radt.analysis.baselines import BASELINE_SPREAD_LIMIT_PCT
 
         print(
             f"\n* baseline repeats spread over {BASELINE_SPREAD_LIMIT_PCT:g} % (coefficient of "

@@ -24,12 +24,9 @@ from plotly.subplots import make_subplots
 from radt.frontend.style import PALETTE, empty_figure, mode_colour
 
 from radt.analysis.attribution import crosscheck_flagged
-from radt.analysis.summary import (
-    BASELINE_SPREAD_LIMIT_PCT,
-    NO_GPU_NOTE,
-    SHARED_LOADER,
-    baseline_spread_flagged,
-)
+from radt.analysis.baselines import BASELINE_SPREAD_LIMIT_PCT, baseline_spread_flagged
+from radt.analysis.levels import NO_GPU_NOTE
+from radt.analysis.runtree import SHARED_LOADER
 from radt.tags import MODES, Mode
 from radt.words import count
 

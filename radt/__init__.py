@@ -7,7 +7,7 @@ from radt.analysis.figures import summarize_samples
 from radt.analysis.frontier import frontier
 from radt.analysis.load import load, load_wide
 from radt.analysis.phases import phases
-from radt.analysis.summary import repeats, summary
+from radt.analysis.summary import loader_summary, repeats, repeats_summary, summary
 from radt.listener import Listener, PolledListener, RunContext, Sample, SampleBatch
 from radt.run import log_metric, log_metrics
 from radt.run_api import Run, log_epoch, log_examples, phase, start_window, step
@@ -27,6 +27,7 @@ __all__ = [
     "frontier",
     "load",
     "load_wide",
+    "loader_summary",
     "log_epoch",
     "log_examples",
     "log_metric",
@@ -34,6 +35,7 @@ __all__ = [
     "phase",
     "phases",
     "repeats",
+    "repeats_summary",
     "run",
     "start_window",
     "step",

@@ -3,6 +3,10 @@ and CPU per example with own loaders against one shared loader."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from dash import Dash, Input, Output, dcc, html
 from radt.frontend.charts import (
     PROVIDERS,
@@ -23,15 +27,39 @@ from radt.frontend.style import choice, empty_figure
 from radt.analysis.frontier import frontier_table
 from radt.words import count
 
-CHARTS = (
-    "cmp-efficiency",
-    "cmp-bars",
-    "cmp-slowdown",
-    "cmp-util",
-    "cmp-frontier",
-    "cmp-clients",
-    "cmp-cpu",
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart of the page: its graph's id, how it is drawn, and whether it shares a row."""
+
+    graph_id: str
+    draw: Callable[[pd.DataFrame, str], go.Figure]
+    """The chart of the shown summary rows, for the frontier's view (``absolute`` or
+    ``normalised``)."""
+    paired: bool = False
+    """Side by side with the next paired chart (a row of two)."""
+
+
+CHART_LIST = (
+    Chart(
+        "cmp-frontier",
+        lambda shown, view: frontier_figure(frontier_table(shown), normalised=view == "normalised"),
+    ),
+    Chart("cmp-efficiency", lambda shown, _view: efficiency_figure(shown), paired=True),
+    Chart("cmp-slowdown", lambda shown, _view: slowdown_figure(shown), paired=True),
+    Chart("cmp-bars", lambda shown, _view: throughput_energy_figure(shown)),
+    Chart("cmp-util", lambda shown, _view: utilisation_figure(shown)),
+    Chart("cmp-clients", lambda shown, _view: client_energy_figure(shown)),
+    Chart("cmp-cpu", lambda shown, _view: cpu_figure(shown)),
 )
+"""The page's charts, top to bottom: add a chart here (and its function in
+:mod:`radt.frontend.figures`)."""
+CHARTS = tuple(chart.graph_id for chart in CHART_LIST)
+"""Their graphs' ids, in the same order."""
 VIEWS = {
     "absolute": "time and energy per example",
     "normalised": "over the whole GPU at full power",
@@ -60,14 +88,26 @@ def layout() -> html.Div:
                     choice("cmp-frontier-view", VIEWS, "absolute"),
                 ],
             ),
-            _graph(CHARTS[4]),
-            html.Div(className="radt-grid-2", children=[_graph(CHARTS[0]), _graph(CHARTS[2])]),
-            _graph(CHARTS[1]),
-            _graph(CHARTS[3]),
-            _graph(CHARTS[5]),
-            _graph(CHARTS[6]),
+            *_rows(),
         ],
     )
+
+
+def _rows() -> list[html.Div]:
+    """The charts' cards in :data:`CHARTS` order, paired charts two to a row."""
+    rows: list[html.Div] = []
+    pair: list[html.Div] = []
+    for chart in CHART_LIST:
+        if chart.paired:
+            pair.append(_graph(chart.graph_id))
+            if len(pair) == 2:
+                rows.append(html.Div(className="radt-grid-2", children=pair))
+                pair = []
+        else:
+            rows.append(_graph(chart.graph_id))
+    if pair:
+        rows.append(html.Div(className="radt-grid-2", children=pair))
+    return rows
 
 
 def compare_note(workloads: int, chosen: int) -> str:
@@ -88,7 +128,7 @@ def register(app: Dash, store: Store) -> None:
 
     @app.callback(
         Output("cmp-note", "children"),
-        *(Output(chart, "figure") for chart in CHARTS),
+        *(Output(graph_id, "figure") for graph_id in CHARTS),
         Input("selection", "data"),
         Input("experiment", "data"),
         Input("cmp-frontier-view", "value"),
@@ -111,13 +151,4 @@ def register(app: Dash, store: Store) -> None:
         shown = normalise(focus(frame, chosen))
         note = compare_note(int(shown["level"].isin(PROVIDERS).sum()), len(chosen))
         note += " " + (basis_note(shown) or "")
-        return [
-            note.strip(),
-            efficiency_figure(shown),
-            throughput_energy_figure(shown),
-            slowdown_figure(shown),
-            utilisation_figure(shown),
-            frontier_figure(frontier_table(shown), normalised=view == "normalised"),
-            client_energy_figure(shown),
-            cpu_figure(shown),
-        ]
+        return [note.strip(), *(chart.draw(shown, view) for chart in CHART_LIST)]

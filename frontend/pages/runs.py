@@ -10,7 +10,8 @@ from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from radt.frontend.data import DataError, Store
 
 from radt.analysis.attribution import CROSSCHECK_LIMIT_PCT
-from radt.analysis.summary import BASELINE_SPREAD_LIMIT_PCT
+from radt.analysis.baselines import BASELINE_SPREAD_LIMIT_PCT
+from radt.analysis.catalog import CATALOG, Figure
 from radt.words import count
 
 HIDDEN = {"height": "0px", "display": "none"}
@@ -89,31 +90,50 @@ def _col(field: str, header: str, fmt: dict | None = None, **extra) -> dict:
     return column
 
 
-ENERGY_COLUMNS = [
-    _col(
-        "energy_crosscheck_pct",
-        "energy cross-check (%)",
-        {"function": _BLANK + "d3.format('+.1f')(params.value)"},
-        width=170,
-        cellStyle=CROSSCHECK_STYLE,
-        tooltipValueGetter=CROSSCHECK_TIP,
-        headerTooltip="integral of power vs the energy counter over the window",
-    ),
-    _col("host_energy_j", "host energy (J)", _NUMBER, width=140),
-    _col("host_energy_per_example_nj", "host energy/example", _si(1e-9, "J"), width=160),
-    _col("total_energy_per_example_nj", "GPU+host energy/example", _si(1e-9, "J"), width=190),
-    _col("energy_j_est", "est. energy (J)", _NUMBER, width=130, cellStyle=_ESTIMATE),
-    _col(
-        "energy_per_example_nj_est",
-        "est. energy/example",
-        _si(1e-9, "J"),
-        width=160,
-        cellStyle=_ESTIMATE,
-    ),
-    _col("energy_est_method", "estimate method", width=150, cellStyle=_ESTIMATE),
-    _col("idle_energy_j", "idle floor energy (J)", _NUMBER, width=160),
-]
-"""Cross-check, host energy and the labelled per-client estimates (docs/analysis.md)."""
+_FORMATS = {
+    "number": _NUMBER,
+    "integer": _INTEGER,
+    "ratio": _RATIO,
+    "signed": {"function": _BLANK + "d3.format('+.1f')(params.value)"},
+    "percent": {"function": _BLANK + "d3.format('.1f')(params.value)"},
+}
+GRID_EXTRAS = {
+    "energy_per_example_nj": {"cellStyle": CROSSCHECK_STYLE, "tooltipValueGetter": CROSSCHECK_TIP},
+    "energy_crosscheck_pct": {
+        "cellStyle": CROSSCHECK_STYLE,
+        "tooltipValueGetter": CROSSCHECK_TIP,
+        "headerTooltip": "integral of power vs the energy counter over the window",
+    },
+    "slowdown": {"cellStyle": SPREAD_STYLE, "tooltipValueGetter": SPREAD_TIP},
+    "baseline_cv_pct": {
+        "cellStyle": SPREAD_STYLE,
+        "headerTooltip": "coefficient of variation of the baseline's repeats (flagged over "
+        f"{BASELINE_SPREAD_LIMIT_PCT:g} %)",
+    },
+}
+"""The figure columns' flags: the energy cross-check and the baseline's spread in orange."""
+
+
+def _format(show: str | None) -> dict | None:
+    """The grid's formatter for a figure's ``show`` (:class:`radt.analysis.catalog.Figure`)."""
+    if show is None:
+        return None
+    if show.startswith("si:"):
+        _, scale, unit = show.split(":")
+        return _si(float(scale), unit)
+    return _FORMATS[show]
+
+
+def figure_column(figure: Figure) -> dict:
+    """The grid column of one figure: its label, format, width and flags."""
+    extra = dict(GRID_EXTRAS.get(figure.name, {}))
+    if figure.estimate:
+        extra.setdefault("cellStyle", _ESTIMATE)
+    return _col(figure.name, figure.label, _format(figure.show), width=figure.width, **extra)
+
+
+FIGURE_COLUMNS = [figure_column(figure) for figure in CATALOG if figure.width]
+"""The figures in the grid: those of :data:`radt.analysis.catalog.CATALOG` with a width."""
 
 COLUMNS = [
     _col("name", "run", pinned="left", minWidth=170),
@@ -138,46 +158,7 @@ COLUMNS = [
     _col("configuration", "configuration", width=140),
     _col("job", "job", minWidth=320, maxWidth=640, tooltipField="job"),
     _col("params", "params", minWidth=160, maxWidth=640, tooltipField="params"),
-    _col("duration_s", "duration (s)", _NUMBER, width=120),
-    _col("basis", "basis", width=130),
-    _col("window_s", "window (s)", _NUMBER, width=115),
-    _col("examples", "examples (window)", _INTEGER, width=150),
-    _col("examples_per_s", "examples/s", _NUMBER, width=115),
-    _col("time_per_example_ns", "time/example", _si(1e-9, "s"), width=125),
-    _col("energy_j", "energy (J)", _NUMBER, width=110),
-    _col(
-        "energy_per_example_nj",
-        "energy/example",
-        _si(1e-9, "J"),
-        width=135,
-        cellStyle=CROSSCHECK_STYLE,
-        tooltipValueGetter=CROSSCHECK_TIP,
-    ),
-    *ENERGY_COLUMNS,
-    _col("power_mean_w", "mean power (W)", _NUMBER, width=135),
-    _col("util_mean_pct", "GPU util (%)", _NUMBER, width=120),
-    _col("smact_mean_ratio", "SM activity", _RATIO, width=115),
-    _col("gpu_mem_peak_mib", "GPU mem peak (MiB)", _INTEGER, width=160),
-    _col("host_mem_peak_mib", "host mem peak (MiB)", _INTEGER, width=160),
-    _col(
-        "slowdown",
-        "slowdown",
-        _RATIO,
-        width=110,
-        cellStyle=SPREAD_STYLE,
-        tooltipValueGetter=SPREAD_TIP,
-    ),
-    _col(
-        "baseline_cv_pct",
-        "baseline spread (%)",
-        {"function": _BLANK + "d3.format('.1f')(params.value)"},
-        width=160,
-        cellStyle=SPREAD_STYLE,
-        headerTooltip="coefficient of variation of the baseline's repeats (flagged over "
-        f"{BASELINE_SPREAD_LIMIT_PCT:g} %)",
-    ),
-    _col("time_per_example_norm", "time/example vs alone", _RATIO, width=170),
-    _col("energy_per_example_norm", "energy/example vs alone", _RATIO, width=180),
+    *FIGURE_COLUMNS,
     _col("window_note", "why a figure is missing", minWidth=260),
     _col("start", "start (UTC)", width=170),
     _col("slurm_job_id", "Slurm job", width=120, hide=True),

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from radt.analysis.catalog import ATTRIBUTED
 from radt.analysis.figures import (
     ENERGY_LISTENERS,
     GAP_FACTOR,
@@ -86,31 +87,8 @@ ATTRIBUTION_KEYS = (
     "dcgm/gpu*/gi*/gract_ratio",
 )
 """The keys, beyond the summary's own, that this module reads."""
-ATTRIBUTION_COLUMNS = (
-    "energy_counter_j",
-    "energy_power_integral_j",
-    "energy_crosscheck_pct",
-    "host_energy_j",
-    "host_energy_per_example_nj",
-    "total_energy_per_example_nj",
-    "total_energy_parts",
-    "energy_j_est",
-    "energy_est_method",
-    "energy_per_example_nj_est",
-    "idle_power_w",
-    "idle_energy_j",
-    "idle_method",
-)
+ATTRIBUTION_COLUMNS = ATTRIBUTED
 """The summary columns this module fills (docs/analysis.md)."""
-REPEAT_FIGURES = (
-    "host_energy_j",
-    "host_energy_per_example_nj",
-    "total_energy_per_example_nj",
-    "energy_j_est",
-    "energy_per_example_nj_est",
-    "energy_crosscheck_pct",
-)
-"""Of those, the figures that repeats aggregate."""
 IDLE_METHOD = "lowest_power"
 MIG_METHODS = ("mig_activity", "mig_slices", "equal")
 SHARE_METHODS = ("sm_util", None, "equal")
@@ -540,7 +518,7 @@ def _has_host(series: Mapping[str, Arrays]) -> bool:
 
 def _whole(record: Record) -> bool:
     """Figures over all samples (runs and workloads without windows, as before windows)."""
-    from radt.analysis.summary import _whole_run
+    from radt.analysis.levels import _whole_run
 
     if record.level == "provider":
         return record.basis in LIFETIME_BASES

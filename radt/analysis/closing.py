@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from radt.analysis.catalog import HEADLINE as HEADLINE_FIGURES
 from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
     RADT_BASIS,
@@ -46,15 +47,8 @@ if TYPE_CHECKING:
 
 METRIC_PREFIX = "radt/"
 """Headline figures in MLflow: ``radt/examples_per_s`` …; never samples."""
-HEADLINE = (
-    "examples_per_s",
-    "time_per_example_ns",
-    "energy_per_example_nj",
-    "energy_j",
-    "window_s",
-    "slowdown",
-    "cpu_per_example_ns",
-)
+HEADLINE = HEADLINE_FIGURES
+"""The figures a closing run logs as ``radt/<name>`` (:data:`radt.analysis.catalog.CATALOG`)."""
 TABLE_ARTIFACT = "radt/summary.csv"
 MAX_TAG = 5000
 

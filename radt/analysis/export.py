@@ -28,7 +28,7 @@ def export_parser() -> argparse.ArgumentParser:
         description="Write the samples of runs (one row per sample, as radt.load returns "
         "them), their summary (one row per run and per workload, as radt.summary), "
         "their repeats (one row per job × configuration × power limit, as "
-        "radt.summary(..., by='repeats')), the time–energy frontier of each job (as "
+        "radt.repeats_summary(...)), the time–energy frontier of each job (as "
         "radt.frontier), their phase intervals (one row per radt.phase block) or their "
         "phase summary (one row per run and phase, as radt.phases) to a CSV or Parquet file.",
     )
@@ -138,7 +138,7 @@ def run_export(argv: list[str]) -> int:
     import pandas as pd
 
     from radt.analysis.load import load, load_wide
-    from radt.analysis.summary import summary
+    from radt.analysis.summary import repeats_summary, summary
 
     args = export_parser().parse_args(argv)
     fmt = _format(args)
@@ -165,7 +165,7 @@ def run_export(argv: list[str]) -> int:
         frame = summary(**selection)
         what = "summary row"
     elif args.repeats:
-        frame = summary(**selection, by="repeats")
+        frame = repeats_summary(**selection)
         what = "repeat group"
     elif args.frontier:
         from radt.analysis.frontier import frontier
@@ -178,7 +178,9 @@ def run_export(argv: list[str]) -> int:
         frame = intervals(**selection)
         what = "phase interval"
     elif args.phase_summary:
-        frame = summary(**selection, by="phases")
+        from radt.analysis.phases import phases
+
+        frame = phases(**selection)
         what = "phase row"
     else:
         bounds = {"keys": args.keys, "start": _time(args.start), "end": _time(args.end)}
@@ -283,21 +285,32 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
 def runs_table(frame: pd.DataFrame) -> str:
     """The text table of ``radt runs`` for a :func:`radt.summary` frame.
 
-    Figures are over each row's window; ``basis`` says which (docs/analysis.md).
+    Figures are over each row's window; ``basis`` says which (docs/analysis.md). The figure
+    columns are those of :data:`radt.analysis.catalog.CATALOG` with a ``runs`` header, an
+    optional one only when a row has it.
     """
     import pandas as pd
 
+    from radt.analysis.catalog import CATALOG
+
+    shown = [
+        figure
+        for figure in CATALOG
+        if figure.runs
+        and (
+            not figure.runs_optional
+            or (
+                figure.name in frame
+                and pd.to_numeric(frame[figure.name], errors="coerce").notna().any()
+            )
+        )
+    ]
     header = [
         "name",
         "status",
         "configuration",
         "workload",
-        "duration",
-        "window",
-        "examples/s",
-        "ms/example",
-        "energy/example",
-        "slowdown",
+        *(figure.runs for figure in shown),
         "basis",
         "run id",
     ]
@@ -312,18 +325,12 @@ def runs_table(frame: pd.DataFrame) -> str:
                 str(row.status or "-"),
                 _text(row.configuration),
                 _text(row.workload),
-                _duration(row.duration_s),
-                _duration(row.window_s, exact=True),
-                _number(row.examples_per_s),
-                _number(row.time_per_example_ns * 1e-6, 3),
-                _si(row.energy_per_example_nj * 1e-9, "J"),
-                _slowdown_cell(row),
+                *(_runs_cell(row, figure.name, figure.runs_show) for figure in shown),
                 str(row.basis or "-"),
                 str(row.run_id),
             ]
         )
-    header, rows, right = _cpu_column(frame, header, rows, {4, 5, 6, 7, 8, 9})
-    header, rows, right = _energy_columns(frame, header, rows, right)
+    right = set(range(4, 4 + len(shown)))
     if frame["slurm_job_id"].notna().any():  # runs of Slurm jobs: their job, last
         header.append("slurm job")
         for row, job in zip(rows, frame["slurm_job_id"], strict=True):
@@ -331,44 +338,24 @@ def runs_table(frame: pd.DataFrame) -> str:
     return _table(header, rows, right)
 
 
-def _cpu_column(frame: pd.DataFrame, header: list[str], rows: list[list[str]], right: set[int]):
-    """``CPU ms/example`` after ``ms/example`` when any row has it (``top`` recorded)."""
+def _runs_cell(row, name: str, show: str) -> str:
+    """One figure's cell in ``radt runs``, written as its ``runs_show`` says."""
+    if show == "slowdown":
+        return _slowdown_cell(row)
     import pandas as pd
 
-    if "cpu_per_example_ns" not in frame:
-        return header, rows, right
-    cpu = pd.to_numeric(frame["cpu_per_example_ns"], errors="coerce")
-    if not cpu.notna().any():
-        return header, rows, right
-    at = header.index("ms/example") + 1
-    cells = [_number(value * 1e-6, 3) for value in cpu]
-    header = [*header[:at], "CPU ms/example", *header[at:]]
-    rows = [[*row[:at], cells[i], *row[at:]] for i, row in enumerate(rows)]
-    return header, rows, {i if i < at else i + 1 for i in right} | {at}
-
-
-def _energy_columns(frame: pd.DataFrame, header: list[str], rows: list[list[str]], right):
-    """``host energy/example`` and ``est. energy/example`` after ``energy/example``, when any
-    row has them (an estimate carries its method: it is never a measurement)."""
-    extra: list[tuple[str, list[str]]] = []
-    host = frame.get("host_energy_per_example_nj")
-    if host is not None and host.notna().any():
-        extra.append(("host energy/example", [_si(v * 1e-9, "J") for v in host]))
-    estimate = frame.get("energy_per_example_nj_est")
-    if estimate is not None and estimate.notna().any():
-        methods = frame["energy_est_method"]
-        cells = [
-            "-" if not math.isfinite(v) else f"{_si(v * 1e-9, 'J')} ({m})"
-            for v, m in zip(estimate.astype(float), methods, strict=True)
-        ]
-        extra.append(("est. energy/example", cells))
-    if not extra:
-        return header, rows, right
-    at = header.index("energy/example") + 1
-    header = header[:at] + [name for name, _ in extra] + header[at:]
-    rows = [row[:at] + [cells[i] for _, cells in extra] + row[at:] for i, row in enumerate(rows)]
-    right = {i if i < at else i + len(extra) for i in right} | set(range(at, at + len(extra)))
-    return header, rows, right
+    value = float(pd.to_numeric(getattr(row, name), errors="coerce"))
+    if show in ("duration", "exact"):
+        return _duration(value, exact=show == "exact")
+    if show == "ms":
+        return _number(value * 1e-6, 3)
+    if show == "joules":
+        return _si(value * 1e-9, "J")
+    if show == "estimate":
+        if not math.isfinite(value):
+            return "-"
+        return f"{_si(value * 1e-9, 'J')} ({row.energy_est_method})"
+    return _number(value)
 
 
 def notes(frame: pd.DataFrame) -> list[str]:
@@ -388,7 +375,7 @@ def notes(frame: pd.DataFrame) -> list[str]:
 
 def _text(value) -> str:
     """A text cell: ``-`` for a missing value (None or NaN; never ``nan``)."""
-    from radt.analysis.summary import _present
+    from radt.analysis.runtree import _present
 
     return str(value) if _present(value) else "-"
 
@@ -396,7 +383,7 @@ def _text(value) -> str:
 def _slowdown_cell(row) -> str:
     """``1.71`` or, against a baseline whose repeats spread over the limit, ``1.71 *``; blank
     for a workload or a shared loader, which have none (``-`` is a figure missing)."""
-    from radt.analysis.summary import baseline_spread_flagged
+    from radt.analysis.baselines import baseline_spread_flagged
 
     if row.level in ("provider", "loader"):
         return ""
@@ -407,7 +394,7 @@ def _slowdown_cell(row) -> str:
 def spread_notes(frame: pd.DataFrame) -> list[str]:
     """``name: slowdown 1.71 against 2 baseline repeats that spread 20.2 %`` for each row whose
     baseline's repeats spread over the limit (coefficient of variation, docs/analysis.md)."""
-    from radt.analysis.summary import baseline_spread_flagged
+    from radt.analysis.baselines import baseline_spread_flagged
 
     found = []
     for row in frame.itertuples(index=False):
@@ -475,7 +462,7 @@ def run_runs(argv: list[str]) -> int:
         print("\nmissing figures:\n  " + "\n  ".join(found), file=sys.stderr)
     spread = spread_notes(frame)
     if spread:
-        from radt.analysis.summary import BASELINE_SPREAD_LIMIT_PCT
+        from radt.analysis.baselines import BASELINE_SPREAD_LIMIT_PCT
 
         print(
             f"\n* baseline repeats spread over {BASELINE_SPREAD_LIMIT_PCT:g} % (coefficient of "

@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from radt.analysis.catalog import SAMPLE_FIGURES, WINDOW_FIGURES
 from radt.tags import RADT_NVML_ENERGY_METHOD
 
 if TYPE_CHECKING:
@@ -44,17 +45,19 @@ ENERGY_LISTENERS = ("nvml", "dcgm")
 POWER_LISTENERS = ("nvml", "dcgm", "smi")
 UTIL_LISTENERS = ("nvml", "smi")
 MEMORY_LISTENERS = ("nvml", "smi")
-FIGURES = (
+SOURCES = {
+    "power_w": POWER_LISTENERS,
+    "util_pct": UTIL_LISTENERS,
+    "smact_ratio": ("dcgm",),
+    "mem_used_mib": MEMORY_LISTENERS,
+}
+"""Per GPU quantity of :data:`radt.analysis.catalog.SAMPLE_FIGURES`, its listeners, best first."""
+FIGURES = WINDOW_FIGURES
+DEVICE_FIGURES = (
     "energy_j",
-    "power_mean_w",
-    "power_max_w",
-    "util_mean_pct",
-    "smact_mean_ratio",
-    "gpu_mem_peak_mib",
-    "host_mem_peak_mib",
+    *(f.name for f in SAMPLE_FIGURES if not f.quantity.startswith("tree:")),
 )
-DEVICE_FIGURES = FIGURES[:-1]
-"""The figures of the GPUs (all but host memory)."""
+"""The figures of the GPUs (all but the process tree's)."""
 PER_EXAMPLE = ("examples_per_s", "time_per_example_ns", "energy_per_example_nj")
 TREE_KEYS = ("top/proc/rss_mib", "top/proc/cpu_pct")
 """The process-tree series the figures read (memory peak, CPU time)."""
@@ -188,7 +191,7 @@ def energy_per_gpu(
     return (total if used else NAN), used, missing
 
 
-def _energy(
+def all_samples_energy(
     series: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndarray]],
 ) -> tuple[float, dict[str, tuple[str, str]]]:
     """Joules over every GPU and all its samples, and per GPU its source (see energy_per_gpu)."""
@@ -201,7 +204,7 @@ def _energy(
 def energy_method(
     used: Mapping[str, tuple[str, str]], tags: Mapping[str, str] | None = None
 ) -> str:
-    """``counter``, ``integrated_power`` or ``none`` for the per-GPU sources of :func:`_energy`.
+    """``counter``, ``integrated_power`` or ``none`` for the per-GPU sources of the energy.
 
     ``tags`` (the run's) tell when the ``nvml`` listener's ``energy_j`` is its
     own integral of power (a GPU without an energy counter).
@@ -215,20 +218,6 @@ def energy_method(
         if listener == "nvml" and tags.get(RADT_NVML_ENERGY_METHOD + gpu) == "integrated_power":
             return "integrated_power"
     return "counter"
-
-
-def _first(
-    series: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndarray]],
-    quantity: str,
-    listeners: Iterable[str],
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per GPU, the ``(seconds, values)`` of ``quantity`` from the first listener that has them."""
-    chosen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for listener in listeners:
-        for (source, gpu, name), (seconds, values) in series.items():
-            if source == listener and name == quantity and gpu.startswith("gpu"):
-                chosen.setdefault(gpu, (seconds, values))
-    return chosen
 
 
 def across_gpus(chosen: Mapping[str, tuple[np.ndarray, np.ndarray]], combine: str) -> np.ndarray:
@@ -254,51 +243,43 @@ def across_gpus(chosen: Mapping[str, tuple[np.ndarray, np.ndarray]], combine: st
     return stacked.sum(axis=0) if combine == "sum" else stacked.mean(axis=0)
 
 
-def gpu_figures(
-    power: Mapping[str, tuple[np.ndarray, np.ndarray]],
-    util: Mapping[str, tuple[np.ndarray, np.ndarray]],
-    smact: Mapping[str, tuple[np.ndarray, np.ndarray]],
-    memory: Mapping[str, tuple[np.ndarray, np.ndarray]],
+def sample_figures(
+    chosen: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]],
+    tree: Mapping[str, np.ndarray],
 ) -> dict[str, float]:
-    """``power_mean_w``, ``power_max_w``, ``util_mean_pct``, ``smact_mean_ratio`` and
-    ``gpu_mem_peak_mib`` of the GPUs taken together (:func:`across_gpus`), NaN where none."""
+    """The figures of :data:`radt.analysis.catalog.SAMPLE_FIGURES` over the samples given.
+
+    ``chosen``: per GPU quantity, per GPU its ``(seconds, values)``, combined as the
+    figure's ``across`` says (:func:`across_gpus`); ``tree``: per process-tree quantity its
+    values. Each is then reduced over time as the figure's ``over_time`` says; NaN where
+    there is none.
+    """
     import numpy as np
 
-    def over_time(values: np.ndarray, how) -> float:
-        return float(how(values)) if len(values) else NAN
-
-    total_w = across_gpus(power, "sum")
-    return {
-        "power_mean_w": over_time(total_w, np.mean),
-        "power_max_w": over_time(total_w, np.max),
-        "util_mean_pct": over_time(across_gpus(util, "mean"), np.mean),
-        "smact_mean_ratio": over_time(across_gpus(smact, "mean"), np.mean),
-        "gpu_mem_peak_mib": over_time(across_gpus(memory, "sum"), np.max),
-    }
+    reduce = {"mean": np.mean, "max": np.max}
+    figures = {}
+    for figure in SAMPLE_FIGURES:
+        kind, _, quantity = figure.quantity.rpartition(":")
+        if kind == "tree":
+            values = tree.get(quantity, np.empty(0))
+        else:
+            values = across_gpus(chosen.get(quantity, {}), figure.across)
+        figures[figure.name] = float(reduce[figure.over_time](values)) if len(values) else NAN
+    return figures
 
 
 def run_figures(
     frame: pd.DataFrame | None, series: Mapping | None = None
 ) -> tuple[dict[str, float], dict[str, tuple[str, str]]]:
-    """The figures of :data:`FIGURES` for one run's samples, and the energy source per GPU.
+    """:func:`radt.analysis.windows.window_figures` over all of one run's samples, and the
+    energy source per GPU.
 
     ``series`` (as :func:`device_series` returns them) replaces ``frame`` when given.
     """
-    import numpy as np
+    from radt.analysis.windows import window_figures
 
     series = device_series(frame) if series is None else series
-    joules, used = _energy(series)
-    rss = series.get(("top", "proc", "rss_mib"))
-    figures = {
-        "energy_j": joules,
-        **gpu_figures(
-            _first(series, "power_w", POWER_LISTENERS),
-            _first(series, "util_pct", UTIL_LISTENERS),
-            _first(series, "smact_ratio", ("dcgm",)),
-            _first(series, "mem_used_mib", MEMORY_LISTENERS),
-        ),
-        "host_mem_peak_mib": float(np.max(rss[1])) if rss is not None and len(rss[1]) else NAN,
-    }
+    figures, used, _ = window_figures(series)
     return figures, used
 
 
@@ -344,7 +325,7 @@ def summarize_samples(
     NaN where the samples do not tell:
 
     - ``energy_j``: see the module docstring (counter, else integrated power);
-    - the GPU figures of the GPUs taken together, per instant (:func:`gpu_figures`):
+    - the GPU figures of the GPUs taken together, per instant (:func:`sample_figures`):
       ``power_mean_w`` and ``power_max_w``, the mean and peak of the summed draw
       (``nvml``, else ``dcgm``, else ``smi``); ``util_mean_pct``, the mean utilisation
       (``nvml``, else ``smi``); ``smact_mean_ratio``, the mean SM activity (``dcgm``);

@@ -35,32 +35,29 @@ Units: ns = 1e9 × s, nJ = 1e9 × J.
 from __future__ import annotations
 
 import math
-import re
-import shlex
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from radt.analysis.attribution import (
-    ATTRIBUTION_COLUMNS,
     ATTRIBUTION_KEYS,
     attribute,
-    repeat_methods,
 )
-from radt.analysis.attribution import REPEAT_FIGURES as ATTRIBUTION_REPEATS
+from radt.analysis.baselines import (
+    BASELINE_SPREAD_LIMIT_PCT,
+    _norm_client,
+    _norm_provider,
+    _slowdown,
+    baseline_spread_flagged,
+    baseline_spread_pct,
+    baselines_by_job,
+)
+from radt.analysis.catalog import CATALOG
 from radt.analysis.figures import (
-    DEVICE_FIGURES,
-    FIGURES,
     NAN,
     device_series,
-    energy_method,
-    finite_sum,
-    per_example,
-    run_figures,
 )
+from radt.analysis.levels import NO_GPU_NOTE, _client, _loader, _provider
 from radt.analysis.load import (
     KeyFilter,
     grouping,
@@ -73,21 +70,24 @@ from radt.analysis.load import (
     search_all,
     select_runs,
 )
+from radt.analysis.runtree import (
+    SHARED_LOADER,
+    Record,
+    _order,
+    _seconds,
+    configuration_label,
+    job_of,
+    loader_mode,
+    strip_flags,
+    workload_configuration,
+)
 from radt.analysis.stored import restore
+from radt.analysis.tables import REPEAT_FIGURES, loader_comparison, repeats
 from radt.errors import UsageError
 from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
     RADT_COLLOCATION,
     RADT_COMMAND,
-    RADT_GPU_CLOCK_MHZ,
-    RADT_JOB,
-    RADT_JOB_IGNORE,
-    RADT_LETTER,
-    RADT_LOADER,
-    RADT_MIG_PROFILE,
-    RADT_MPS_THREAD_PCT,
-    RADT_POWER_LIMIT_W,
-    RADT_ROLE,
     RADT_SLURM_JOB_ID,
     RADT_SLURM_NODE,
     Mode,
@@ -95,18 +95,38 @@ from radt.tags import (
     RunTree,
 )
 
+__all__ = [
+    "BASELINE_SPREAD_LIMIT_PCT",
+    "COLUMNS",
+    "NO_GPU_NOTE",
+    "REPEAT_FIGURES",
+    "SHARED_LOADER",
+    "SUMMARY_KEYS",
+    "Record",
+    "baseline_spread_flagged",
+    "baseline_spread_pct",
+    "configuration_label",
+    "job_of",
+    "loader_comparison",
+    "loader_summary",
+    "repeats",
+    "repeats_summary",
+    "run_series",
+    "strip_flags",
+    "summary",
+]
+"""With what the summary is made of, from the modules that make it (run tree, per-level
+figures, baselines, tables), as before they were split out."""
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
     import pyarrow as pa
 
-    from radt.analysis.windows import Timeline, Window
+    from radt.analysis.windows import Timeline
 
-EXAMPLES_METRIC = "examples"
 SLURM_COLUMNS = ("slurm_job_id", "slurm_node")
 """The Slurm job a run ran in and its node (tags ``radt.slurm.job_id``, ``radt.slurm.node``)."""
-SEED_FLAGS = ("seed",)
-"""Flags that never make two runs different jobs (with ``radt.job_ignore``'s)."""
 SUMMARY_KEYS = (
     "*/gpu*/energy_j",
     "*/gpu*/power_w",
@@ -139,650 +159,13 @@ COLUMNS = (
     "params",
     "start",
     "end",
-    "duration_s",
-    "basis",
-    "warmup",
-    "window_start",
-    "window_end",
-    "window_s",
-    "examples_total",
-    "examples",
-    "examples_per_s",
-    "time_per_example_ns",
-    "energy_j",
-    "energy_method",
-    "energy_per_example_nj",
-    "cpu_s",
-    "cpu_per_example_ns",
-    "power_mean_w",
-    "power_max_w",
-    "util_mean_pct",
-    "smact_mean_ratio",
-    "gpu_mem_peak_mib",
-    "host_mem_peak_mib",
-    "slowdown",
-    "baseline_run_id",
-    "baseline_cv_pct",
-    "examples_per_s_norm",
-    "time_per_example_norm",
-    "energy_per_example_norm",
-    *ATTRIBUTION_COLUMNS,
+    *(figure.name for figure in CATALOG),
     "window_note",
     "experiment_id",
     *SLURM_COLUMNS,
 )
-REPEAT_FIGURES = (
-    "window_s",
-    "examples",
-    "examples_per_s",
-    "time_per_example_ns",
-    "energy_j",
-    "energy_per_example_nj",
-    "cpu_per_example_ns",
-    "power_mean_w",
-    "util_mean_pct",
-    "slowdown",
-    "examples_per_s_norm",
-    "time_per_example_norm",
-    "energy_per_example_norm",
-    *ATTRIBUTION_REPEATS,
-)
-"""The figures :func:`repeats` aggregates."""
-REPEAT_KEYS = ("view", "job", "configuration", "power_limit_w", "gpu_clock_mhz", "basis")
-"""What makes runs repeats of each other (with the view: providers or clients)."""
-STATISTICS = ("mean", "std", "min", "max")
-SHARED_LOADER = " + shared loader"
-"""How a configuration label says that its trainings shared one data loader."""
-COMPARISON_FIGURES = (
-    "cpu_per_example_ns",
-    "examples_per_s",
-    "time_per_example_ns",
-    "energy_per_example_nj",
-    "host_energy_per_example_nj",
-)
-"""The provider figures :func:`loader_comparison` sets side by side."""
-
-
-# --------------------------------------------------------------------------- jobs and labels
-
-
-def _flag_name(arg: str) -> str | None:
-    """``--seed=1`` → ``seed``; a value (``1``, ``-0.5``) → None."""
-    if not arg.startswith("-") or arg in ("-", "--") or re.match(r"^-\.?\d", arg):
-        return None
-    return arg.lstrip("-").partition("=")[0]
-
-
-def strip_flags(argv: Sequence[str], ignored: Iterable[str]) -> list[str]:
-    """``argv`` without the flags named in ``ignored`` and their values.
-
-    ``--seed 1``, ``--seed=1`` and ``-seed 1`` all go; a flag takes at most the
-    one argument after it that is not a flag itself (as radT reads params).
-    """
-    names = {name.lstrip("-") for name in ignored if name.lstrip("-")}
-    kept: list[str] = []
-    skip_value = False
-    for arg in argv:
-        name = _flag_name(arg)
-        if skip_value:
-            skip_value = False
-            if name is None:
-                continue
-        if name is not None and name in names:
-            skip_value = "=" not in arg
-            continue
-        kept.append(arg)
-    return kept
-
-
-def job_of(tags: Mapping[str, str], params: Mapping[str, str] | None = None) -> str | None:
-    """A run's Job: the ``radt.job`` tag, else its command without seed-only flags.
-
-    Seed-only flags are ``--seed`` and those named in ``radt.job_ignore``
-    (space-separated), each with its value. A run without a ``radt.command``
-    tag falls back to its params (minus the same flags).
-    """
-    job = (tags.get(RADT_JOB) or "").strip()
-    if job:
-        return job
-    ignored = [*SEED_FLAGS, *(tags.get(RADT_JOB_IGNORE) or "").split()]
-    params = params or {}
-    command = tags.get(RADT_COMMAND) or params.get(RADT_COMMAND)
-    if command:
-        try:
-            argv = shlex.split(command)
-        except ValueError:
-            argv = command.split()
-        return shlex.join(strip_flags(argv, ignored))
-    names = {name.lstrip("-") for name in ignored}
-    pairs = [f"{k}={v}" for k, v in sorted(params.items()) if k != RADT_COMMAND and k not in names]
-    return " ".join(pairs) or None
-
-
-def _present(value: Any) -> bool:
-    return value is not None and str(value).strip() not in ("", "-", "nan", "None")
-
-
-def _profile_size(profile: str) -> tuple[int, float]:
-    found = re.match(r"^(\d+)g(?:\.(\d+(?:\.\d+)?)gb)?", profile)
-    if not found:
-        return (0, 0.0)
-    return (int(found.group(1)), float(found.group(2) or 0))
-
-
-def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
-    """How the GPU was shared, in words: ``none``, ``naive x2``, ``mps:50 x2``, ``4g.40gb+3g.40gb``.
-
-    ``runs_tags`` are the tags of the runs that shared it (one for a lone run).
-    MIG profiles are joined by ``+``, largest first; MPS shares that differ as
-    ``mps:70+30``.
-    """
-    n = len(runs_tags)
-    modes = sorted({(t.get(RADT_COLLOCATION) or "none") for t in runs_tags} or {"none"})
-    if modes == [Mode.NONE]:
-        return "none" if n <= 1 else f"none x{n}"
-    if modes == [Mode.MIG]:
-        profiles: list[str] = []
-        for tags in runs_tags:
-            profile = tags.get(RADT_MIG_PROFILE)
-            if _present(profile):
-                profiles.append(str(profile))
-        if len(profiles) == n:
-            if n and all(p == profiles[0] for p in profiles) and "+" in profiles[0]:
-                profiles = profiles[0].split("+")  # every run carries the workload's list
-            return "+".join(sorted(profiles, key=_profile_size, reverse=True))
-        return f"mig x{n}"
-    if modes == [Mode.MPS]:
-        shares = [t.get(RADT_MPS_THREAD_PCT) for t in runs_tags]
-        known = [f"{float(s):g}" for s in shares if _present(s)]
-        if not known:
-            return f"mps x{n}"
-        if len(known) == n and len(set(known)) == 1:
-            return f"mps:{known[0]} x{n}"
-        ordered = sorted(known, key=float, reverse=True) + ["?"] * (n - len(known))
-        return "mps:" + "+".join(ordered)
-    if modes == [Mode.NAIVE]:
-        return f"naive x{n}"
-    return "+".join(modes) + f" x{n}"
-
-
-def workload_configuration(clients_tags: Sequence[Mapping[str, str]], shared: bool) -> str:
-    """:func:`configuration_label` of a workload's clients, ``+ shared loader`` when they
-    shared one (the loader is not one of the runs that share the GPU)."""
-    return configuration_label(clients_tags) + (SHARED_LOADER if shared else "")
-
-
-def loader_mode(tags: Mapping[str, str]) -> str:
-    """``shared`` for the runs of a workload with a shared loader, else ``own``."""
-    return "shared" if tags.get(RADT_LOADER) == "shared" else "own"
-
-
-# --------------------------------------------------------------------------- one run's record
-
-
-@dataclass
-class Record:
-    """One run (or workload) with what the summary computes for it.
-
-    Built from an MLflow run by :meth:`of`, or by hand where a run is still
-    being completed (:mod:`radt.analysis.closing`).
-    """
-
-    run_id: str
-    experiment_id: str
-    status: str
-    level: str
-    """``provider``, ``client``, ``loader`` or ``run``."""
-    tags: dict[str, str]
-    params: dict[str, str] = field(default_factory=dict)
-    start_s: float = NAN
-    """The MLflow run's start and end (epoch seconds; NaN while it runs)."""
-    end_s: float = NAN
-    mlflow_examples: float = NAN
-    """The last value of the MLflow metric ``examples`` (runs without counter samples)."""
-    run: Any = None
-    series: dict = field(default_factory=dict)
-    timeline: Timeline | None = None
-    window: Window | None = None
-    examples_total: float = NAN
-    figures: dict[str, float] = field(default_factory=dict)
-    method: str = "none"
-    notes: list[str] = field(default_factory=list)
-    work: float = NAN
-    """Time per unit of work on this record's basis: ns per example, else window seconds."""
-    basis_: str | None = None
-    kid_examples: dict[str, float] = field(default_factory=dict)
-    """A workload's clients' examples in its window, as stored (:mod:`radt.analysis.stored`)."""
-    device_recorded: bool | None = None
-    """Whether GPU power or energy was recorded, as stored; None: see :attr:`series`."""
-
-    @property
-    def has_device(self) -> bool:
-        """Whether this run's samples hold GPU power or energy series."""
-        if self.device_recorded is not None:
-            return self.device_recorded
-        return _has_device(self.series)
-
-    @classmethod
-    def of(cls, run, level: str) -> Record:
-        """The record of an MLflow run."""
-        info = run.info
-        examples = run.data.metrics.get(EXAMPLES_METRIC)
-        return cls(
-            run_id=info.run_id,
-            experiment_id=info.experiment_id,
-            status=info.status,
-            level=level,
-            tags=dict(run.data.tags),
-            params=dict(run.data.params),
-            start_s=_seconds(info.start_time),
-            end_s=_seconds(info.end_time),
-            mlflow_examples=float(examples) if examples is not None else NAN,
-            run=run,
-        )
-
-    @cached_property
-    def job(self) -> str | None:
-        """The run's Job (:func:`job_of`)."""
-        return job_of(self.tags, self.params)
-
-    @property
-    def power(self) -> str | None:
-        """The power limit as recorded; None at the default."""
-        value = self.tags.get(RADT_POWER_LIMIT_W)
-        return str(value) if _present(value) else None
-
-    @property
-    def clock(self) -> str | None:
-        """The locked SM clock (MHz) as recorded; None at the driver's default."""
-        value = self.tags.get(RADT_GPU_CLOCK_MHZ)
-        return str(value) if _present(value) else None
-
-    @property
-    def basis(self) -> str:
-        """What the figures are over (one of :data:`radt.analysis.windows.BASES`)."""
-        if self.basis_ is not None:
-            return self.basis_
-        return self.window.basis if self.window is not None else "duration_lifetime"
-
-    @property
-    def alone(self) -> bool:
-        """Whether the run had the GPU to itself (collocation ``none``)."""
-        mode = self.tags.get(RADT_COLLOCATION)
-        return self.level != "provider" and (
-            mode == Mode.NONE or (mode is None and self.level == "run")
-        )
-
-    @property
-    def baseline_candidate(self) -> bool:
-        """A FINISHED client or lone run alone on its GPU with a figure on its basis, that
-        loaded its own data (a shared loader's trainings are not the Job's baseline)."""
-        return (
-            self.alone
-            and self.level in ("client", "run")
-            and self.tags.get(RADT_ROLE) != "consumer"
-            and self.status == "FINISHED"
-            and self.job is not None
-            and math.isfinite(self.work)
-        )
-
-
-def _seconds(millis: int | None) -> float:
-    return millis / 1000.0 if millis else NAN
-
-
-def _client_window(record: Record) -> Window:
-    """A client's window on the best basis it supports."""
-    from radt.analysis.windows import Window, client_window
-
-    t = record.timeline
-    if t.has_examples:
-        return client_window(t)
-    examples = record.mlflow_examples
-    tagged = math.isfinite(t.command_start_s) and math.isfinite(t.command_end_s)
-    if math.isfinite(examples):
-        start, end = (
-            (t.command_start_s, t.command_end_s) if tagged else (record.start_s, record.end_s)
-        )
-        note = None if math.isfinite(end) else "the run has not ended"
-        return Window(start, end, examples, "examples_lifetime", "lifetime", note)
-    if tagged:
-        return client_window(t)
-    note = "no examples reported (radt.log_examples): per-example figures missing"
-    if not math.isfinite(record.end_s):
-        note = "the run has not ended; " + note
-    return Window(record.start_s, record.end_s, NAN, "duration_lifetime", "lifetime", note)
-
-
-def _whole_run(record: Record) -> bool:
-    """Figures over all samples, as before windows: runs without counter or command times."""
-    t = record.timeline
-    return record.basis in ("examples_lifetime", "duration_lifetime") and not (
-        math.isfinite(t.command_start_s) and math.isfinite(t.command_end_s)
-    )
-
-
-NO_GPU_NOTE = "no GPU listener (nvml, dcgm, smi) recorded: no GPU energy, power or utilisation"
-"""The note of a row whose GPU figures are missing because no GPU was recorded at all."""
-
-
-def _has_device(series: Mapping) -> bool:
-    return any(q in ("energy_j", "power_w") for (_, gpu, q) in series if gpu.startswith("gpu"))
-
-
-def _figures_over(record: Record, series: Mapping, start: float, end: float, whole: bool):
-    """Figures of ``series`` over a window (or all samples); energy source; a note."""
-    from radt.analysis.windows import window_figures
-
-    if whole:
-        figures, used = run_figures_from(series)
-        return figures, energy_method(used, record.tags), None
-    if not (math.isfinite(start) and math.isfinite(end) and end > start):
-        return {name: NAN for name in FIGURES}, "none", None
-    figures, used, note = window_figures(series, start, end)
-    return figures, energy_method(used, record.tags), note
-
-
-def run_figures_from(series: Mapping) -> tuple[dict[str, float], dict]:
-    """:func:`radt.analysis.figures.run_figures` of already split series."""
-    return run_figures(None, series=series)
-
-
-def _client(record: Record, parent: Record | None, siblings: int) -> None:
-    """A client's (or lone run's) window and figures over it."""
-    window = record.window = _client_window(record)
-    if window.note:
-        record.notes.append(window.note)
-    t = record.timeline
-    record.examples_total = float(t.counter.max()) if t.has_examples else record.mlflow_examples
-    whole = _whole_run(record)
-    own, method, note = _figures_over(record, record.series, window.start_s, window.end_s, whole)
-    if not _has_device(record.series) and parent is not None and siblings == 1:
-        device, method, note = _figures_over(
-            record, parent.series, window.start_s, window.end_s, whole
-        )
-        own = {**own, **{name: device[name] for name in DEVICE_FIGURES}}
-    elif not _has_device(record.series) and parent is not None and _has_device(parent.series):
-        note = "collocated: a run's share of the GPU's energy is not measured"
-    if note:
-        record.notes.append(note)
-    record.figures, record.method = own, method
-    _cpu_figures(record, [record], whole)
-    _per_example(record)
-
-
-def _loader(record: Record) -> None:
-    """A shared loader's window (its command's duration) and figures over it."""
-    from radt.analysis.windows import client_window
-
-    window = record.window = client_window(record.timeline)
-    if window.basis != "duration" or not window.valid:
-        record.notes.append(window.note or "the loader's window is missing")
-    own, record.method, note = _figures_over(
-        record, record.series, window.start_s, window.end_s, False
-    )
-    if note:
-        record.notes.append(note)
-    record.figures = own
-    _cpu_figures(record, [record], True)  # all its samples: its command, start to end
-    _per_example(record)
-
-
-def _cpu_figures(record: Record, runs: Sequence[Record], whole: bool) -> None:
-    """``cpu_s``: core-seconds of ``runs``' process trees across the record's window
-    (across all their samples when ``whole``); NaN with a note when one has no cover."""
-    from radt.analysis.windows import CPU_KEY, cpu_between, cpu_counter
-
-    window = record.window
-    cpu = NAN
-    if whole:
-        totals = [
-            float(cpu_counter(*run.series[CPU_KEY])[1][-1]) for run in runs if CPU_KEY in run.series
-        ]
-        cpu = sum(totals) if runs and len(totals) == len(runs) else NAN
-    elif window.valid:
-        cpu = 0.0
-        for run in runs:
-            used, why = cpu_between(run.series, window.start_s, window.end_s)
-            if not math.isfinite(used):
-                name = run.tags.get(RADT_LETTER) or run.run_id
-                who = f"run {name}: " if run is not record else ""
-                record.notes.append(f"{who}{why}: CPU missing")
-                cpu = NAN
-                break
-            cpu += used
-    record.figures["cpu_s"] = cpu
-
-
-def _per_example(record: Record) -> None:
-    window = record.window
-    seconds = window.seconds
-    if record.basis in ("duration", "duration_lifetime"):
-        figures = per_example(NAN, seconds, NAN)
-        record.work = seconds
-    else:
-        figures = per_example(window.examples, seconds, record.figures.get("energy_j", NAN))
-        record.work = figures["time_per_example_ns"]
-    examples = window.examples if record.basis.startswith("examples") else NAN
-    cpu_s = record.figures.get("cpu_s", NAN)
-    figures["cpu_per_example_ns"] = 1e9 * cpu_s / examples if examples > 0 else NAN
-    record.figures.update(figures)
-
-
-def _provider(record: Record, kids: Sequence[Record], loaders: Sequence[Record] = ()) -> None:
-    """A workload's provider window over its clients and its figures over it.
-
-    ``loaders``: its shared loader, whose CPU counts in the workload's.
-    """
-    from radt.analysis.windows import (
-        Window,
-        device_interval_s,
-        no_examples_note,
-        provider_window,
-        window_figures,
-    )
-
-    legacy = [k for k in kids if k.basis in ("examples_lifetime", "duration_lifetime")]
-    if legacy or not kids:
-        # Clients without counter samples: the workload's whole run, as before windows.
-        examples = finite_sum(k.examples_total for k in kids)
-        basis = "examples_lifetime" if math.isfinite(examples) else "duration_lifetime"
-        silent = [
-            k.tags.get(RADT_LETTER) or k.run_id for k in kids if not math.isfinite(k.examples_total)
-        ]
-        if silent and basis == "examples_lifetime":
-            record.notes.append(no_examples_note(silent))
-            examples = NAN
-        record.window = Window(record.start_s, record.end_s, examples, basis, "lifetime")
-        record.examples_total = examples
-        figures, used = run_figures_from(record.series)
-        record.figures, record.method = figures, energy_method(used, record.tags)
-        if not math.isfinite(figures["host_mem_peak_mib"]):
-            record.figures["host_mem_peak_mib"] = finite_sum(
-                k.figures.get("host_mem_peak_mib", NAN) for k in kids
-            )
-        if not math.isfinite(record.end_s):
-            record.notes.append("the workload has not ended")
-        _cpu_figures(record, [*kids, *loaders], True)
-        _per_example(record)
-        return
-    clients = [(k.tags.get(RADT_LETTER) or k.run_id, k.window, k.timeline) for k in kids]
-    window = record.window = provider_window(clients, device_interval_s(record.series))
-    record.examples_total = finite_sum(k.examples_total for k in kids)
-    if window.note:
-        record.notes.append(window.note)
-    if window.valid:
-        figures, used, note = window_figures(record.series, window.start_s, window.end_s)
-        record.method = energy_method(used, record.tags)
-        if note:
-            record.notes.append(note)
-    else:
-        figures = {name: NAN for name in FIGURES}
-    if not math.isfinite(figures["host_mem_peak_mib"]) and window.valid:
-        peaks = []
-        for kid in kids:
-            rss = kid.series.get(("top", "proc", "rss_mib"))
-            if rss is not None:
-                inside = rss[1][(rss[0] >= window.start_s) & (rss[0] <= window.end_s)]
-                peaks.append(float(inside.max()) if len(inside) else NAN)
-        figures["host_mem_peak_mib"] = finite_sum(peaks)
-    record.figures = figures
-    _cpu_figures(record, [*kids, *loaders], False)
-    _per_example(record)
-
-
-# --------------------------------------------------------------------------- baselines
-
-
-def baselines_by_job(candidates: Iterable[Record]) -> dict[tuple, list[Record]]:
-    """Candidates by experiment, Job and basis (in their order), for :func:`choose_baseline`:
-    one look-up per row instead of a pass over all candidates."""
-    found: dict[tuple, list[Record]] = {}
-    for c in candidates:
-        found.setdefault((c.experiment_id, c.job, c.basis), []).append(c)
-    return found
-
-
-def choose_baseline(
-    candidates: Iterable[Record] | Mapping[tuple, list[Record]],
-    experiment_id: str,
-    job: str | None,
-    basis: str,
-    power,
-    clock=None,
-) -> tuple[list[Record], str | None]:
-    """The Job's ``none`` runs on the same basis: at the same power limit and GPU clock, else
-    at the default of both.
-
-    ``candidates``: records, or records by :func:`baselines_by_job`. Returns the chosen
-    runs (repeats; empty when none) and, when empty, why.
-    """
-    if job is None:
-        return [], "no baseline: the run's job is unknown (no radt.command or radt.job)"
-    if isinstance(candidates, Mapping):
-        same = candidates.get((experiment_id, job, basis), [])
-    else:
-        same = [
-            c
-            for c in candidates
-            if c.experiment_id == experiment_id and c.job == job and c.basis == basis
-        ]
-    for wanted in dict.fromkeys([(power, clock), (None, None)]):
-        chosen = [c for c in same if (c.power, c.clock) == wanted]
-        if chosen:
-            return chosen, None
-    setting = " and ".join(
-        [*([f"{power} W"] if power else []), *([f"{clock} MHz"] if clock else [])]
-    )
-    where = (
-        f"at {setting} or the default power limit and clock"
-        if setting
-        else "at the default power limit and clock"
-    )
-    return [], f"no baseline: no FINISHED none run of this job on basis {basis} {where}"
-
-
-def _mean(values: Iterable[float]) -> float:
-    values = [v for v in values if math.isfinite(v)]
-    return float(sum(values) / len(values)) if values else NAN
-
-
-BASELINE_SPREAD_LIMIT_PCT = 10.0
-"""A baseline whose repeats' coefficient of variation is over this is flagged (docs/analysis.md)."""
-
-
-def baseline_spread_pct(works: Iterable[float]) -> float:
-    """The coefficient of variation of a baseline's repeats, in %: 100 × sample std / mean.
-
-    ``works`` are the repeats' times per unit of work (ns per example, or window
-    seconds on the duration bases); NaN with fewer than two finite ones.
-    """
-    values = [v for v in works if math.isfinite(v)]
-    if len(values) < 2:
-        return NAN
-    mean = statistics.fmean(values)
-    return 100.0 * statistics.stdev(values, mean) / mean if mean else NAN
-
-
-def baseline_spread_flagged(pct: Any) -> bool:
-    """Whether a baseline's spread (%) is over :data:`BASELINE_SPREAD_LIMIT_PCT`."""
-    try:
-        value = float(pct)
-    except (TypeError, ValueError):
-        return False
-    return math.isfinite(value) and value > BASELINE_SPREAD_LIMIT_PCT
-
-
-def _slowdown(record: Record, candidates: Sequence[Record] | Mapping) -> dict[str, Any]:
-    found, why = choose_baseline(
-        candidates, record.experiment_id, record.job, record.basis, record.power, record.clock
-    )
-    if not found:
-        record.notes.append(why)
-        return {"slowdown": NAN, "baseline_run_id": None, "baseline_cv_pct": NAN}
-    base = _mean(c.work for c in found)
-    return {
-        "slowdown": record.work / base,
-        "baseline_run_id": " ".join(c.run_id for c in found),
-        "baseline_cv_pct": baseline_spread_pct(c.work for c in found),
-    }
-
-
-def _norm_client(record: Record, candidates: Sequence[Record] | Mapping) -> dict[str, float]:
-    """A client's figures over its Job's baseline at the default power limit."""
-    found, why = choose_baseline(candidates, record.experiment_id, record.job, record.basis, None)
-    if not found:
-        if record.power is not None or record.clock is not None:
-            record.notes.append(why.replace("no baseline", "no normalised figures"))
-        return {}
-    time_norm = record.work / _mean(c.work for c in found)
-    energy = "energy_per_example_nj" if record.basis.startswith("examples") else "energy_j"
-    return {
-        "time_per_example_norm": time_norm,
-        "examples_per_s_norm": 1.0 / time_norm if time_norm else NAN,
-        "energy_per_example_norm": record.figures.get(energy, NAN)
-        / _mean(c.figures.get(energy, NAN) for c in found),
-    }
-
-
-def _norm_provider(
-    record: Record, kids: Sequence[Record], candidates: Sequence[Record] | Mapping
-) -> dict[str, float]:
-    """A workload's figures over what its clients' baselines would need for the same examples.
-
-    time_per_example_norm = window / Σ nᵢ·tᵢ and energy_per_example_norm =
-    energy / Σ nᵢ·eᵢ, where nᵢ are client i's examples in the provider window
-    and tᵢ, eᵢ the time and energy per example of its Job's baseline at the
-    default power limit: for one Job, the provider's time (energy) per
-    example over the baseline's.
-    """
-    from radt.analysis.windows import counter_increase
-
-    window = record.window
-    if record.basis not in ("examples", "examples_lifetime") or not math.isfinite(window.examples):
-        return {}
-    time_base = energy_base = 0.0
-    for kid in kids:
-        found, why = choose_baseline(candidates, kid.experiment_id, kid.job, kid.basis, None)
-        if not found:
-            record.notes.append(why.replace("no baseline", "no normalised figures"))
-            return {}
-        if record.basis == "examples" and kid.run_id in record.kid_examples:
-            n = record.kid_examples[kid.run_id]
-        elif record.basis == "examples":
-            n = counter_increase(*kid.timeline.counter_points(), window.start_s, window.end_s)
-        else:
-            n = kid.examples_total
-        time_base += n * _mean(c.work for c in found)
-        energy_base += n * _mean(c.figures.get("energy_per_example_nj", NAN) for c in found)
-    time_norm = 1e9 * window.seconds / time_base if time_base else NAN
-    return {
-        "time_per_example_norm": time_norm,
-        "examples_per_s_norm": 1.0 / time_norm if time_norm else NAN,
-        "energy_per_example_norm": 1e9 * record.figures.get("energy_j", NAN) / energy_base
-        if energy_base
-        else NAN,
-    }
+"""The summary's columns: the run's identity, its figures (:data:`radt.analysis.catalog.CATALOG`),
+why any is missing."""
 
 
 # --------------------------------------------------------------------------- rows
@@ -817,7 +200,7 @@ def _row(record: Record, configuration: str) -> dict:
         else NAN
     )
     row = {
-        "level": str(record.level),
+        "level": record.level,
         "run_id": info.run_id,
         "run_name": tags["run_name"],
         "workload": tags["workload"],
@@ -871,12 +254,9 @@ def summary(
         runs: run ids; the workload of each is added (its provider row).
         tracking_uri: else ``MLFLOW_TRACKING_URI``, else ./mlflow.db.
         cache_dir: where samples artifacts are cached (default ``$RADT_HOME/cache``).
-        by: ``"repeats"``: the table of :func:`repeats` instead (one row per
-            Job × configuration × power limit × basis, for providers and clients);
-            ``"phases"``: the table of :func:`radt.analysis.phases.phases` (one row
-            per run and ``radt.phase`` phase: time share, count, energy share);
-            ``"loader"``: the table of :func:`loader_comparison` (own loaders against
-            one shared loader, per Job and configuration).
+        by: another table instead, as before the tables had names of their own:
+            ``"repeats"``: :func:`repeats_summary`; ``"loader"``: :func:`loader_summary`;
+            ``"phases"``: :func:`radt.analysis.phases.phases`.
 
     Returns:
         The columns of :data:`COLUMNS`, a workload's provider row first and its
@@ -918,12 +298,11 @@ def summary(
     """
     import pandas as pd
 
-    if by not in (None, "repeats", "phases", "loader"):
-        raise UsageError(f"by= takes 'repeats', 'phases', 'loader' or nothing, not {by!r}")
-    if by == "phases":
-        from radt.analysis.phases import phases
-
-        return phases(experiment, runs, tracking_uri=tracking_uri, cache_dir=cache_dir)
+    if by is not None:
+        tables = {"repeats": repeats_summary, "loader": loader_summary, "phases": _phases}
+        if by not in tables:
+            raise UsageError(f"by= takes 'repeats', 'phases', 'loader' or nothing, not {by!r}")
+        return tables[by](experiment, runs, tracking_uri=tracking_uri, cache_dir=cache_dir)
     client = open_client(tracking_uri)
     chosen = select_runs(client, experiment, runs, include_workload=True)
     if runs is None:
@@ -1009,13 +388,39 @@ def summary(
     frame = pd.DataFrame(ordered, columns=list(COLUMNS))
     for column in ("start", "end", "window_start", "window_end"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
-    if by == "loader":
-        return loader_comparison(frame)
-    return repeats(frame) if by == "repeats" else frame
+    return frame
 
 
-def _order(run) -> tuple:
-    return (run.info.start_time or 0, run.info.run_id)
+def repeats_summary(
+    experiment: str | None = None,
+    runs: Iterable[str] | None = None,
+    *,
+    tracking_uri: str | None = None,
+    cache_dir: Path | None = None,
+) -> pd.DataFrame:
+    """The :func:`repeats` of the :func:`summary` of these runs: one row per Job ×
+    configuration × power limit × basis, for providers and clients."""
+    frame = summary(experiment, runs, tracking_uri=tracking_uri, cache_dir=cache_dir)
+    return repeats(frame)
+
+
+def loader_summary(
+    experiment: str | None = None,
+    runs: Iterable[str] | None = None,
+    *,
+    tracking_uri: str | None = None,
+    cache_dir: Path | None = None,
+) -> pd.DataFrame:
+    """The :func:`loader_comparison` of the :func:`summary` of these runs: own loaders
+    against one shared loader, per Job and configuration."""
+    frame = summary(experiment, runs, tracking_uri=tracking_uri, cache_dir=cache_dir)
+    return loader_comparison(frame)
+
+
+def _phases(experiment, runs, *, tracking_uri, cache_dir) -> pd.DataFrame:
+    from radt.analysis.phases import phases
+
+    return phases(experiment, runs, tracking_uri=tracking_uri, cache_dir=cache_dir)
 
 
 def run_series(
@@ -1110,113 +515,3 @@ def _compute(client, records: dict[str, Record], plans: Sequence, children) -> d
             clients = [k for k in kids if k.level == "client"]
             _provider(record, clients, [k for k in kids if k.level == "loader"])
     return extra
-
-
-# --------------------------------------------------------------------------- repeats
-
-
-def repeats(frame: pd.DataFrame, figures: Sequence[str] = REPEAT_FIGURES) -> pd.DataFrame:
-    """Repeats of a :func:`summary` frame: per Job × configuration × power limit × GPU clock ×
-    basis.
-
-    Two views: ``view = "provider"`` groups the workloads and lone runs,
-    ``view = "client"`` the clients and lone runs (a lone run is both).
-    Columns: the group (``view, job, configuration, power_limit_w, gpu_clock_mhz, basis``),
-    ``count`` (rows in the group), ``run_ids`` (space-separated) and, for every
-    figure of ``figures``, ``<figure>_mean``, ``_std`` (sample standard
-    deviation, NaN for one repeat), ``_min`` and ``_max`` over the rows where
-    the figure is known. A missing power limit or clock (the default) reads ``default``.
-    """
-    import pandas as pd
-
-    parts = []
-    for view, levels in (("provider", ("provider", "run")), ("client", ("client", "run"))):
-        rows = frame[frame["level"].isin(levels)].copy()
-        if rows.empty:
-            continue
-        rows["view"] = view
-        parts.append(rows)
-    columns = [
-        *REPEAT_KEYS,
-        "count",
-        "run_ids",
-        *(f"{name}_{stat}" for name in figures for stat in STATISTICS),
-        "energy_est_method",
-    ]
-    if not parts:
-        return pd.DataFrame(columns=columns)
-    rows = pd.concat(parts, ignore_index=True)
-    rows["job"] = rows["job"].fillna("-")
-    rows["configuration"] = rows["configuration"].fillna("-")
-    rows["power_limit_w"] = rows["power_limit_w"].astype(object).fillna("default")
-    # a frame written before the clock dial has no clock column: every run at the default
-    rows["gpu_clock_mhz"] = rows.reindex(columns=["gpu_clock_mhz"])["gpu_clock_mhz"]
-    rows["gpu_clock_mhz"] = rows["gpu_clock_mhz"].astype(object).fillna("default")
-    rows["basis"] = rows["basis"].fillna("-")
-    out = []
-    for key, group in rows.groupby(list(REPEAT_KEYS), sort=False, dropna=False):
-        entry = dict(zip(REPEAT_KEYS, key, strict=True))
-        entry["count"] = len(group)
-        entry["run_ids"] = " ".join(group["run_id"].astype(str))
-        for name in figures:
-            values = pd.to_numeric(group[name], errors="coerce")
-            entry[f"{name}_mean"] = values.mean()
-            entry[f"{name}_std"] = values.std(ddof=1)
-            entry[f"{name}_min"] = values.min()
-            entry[f"{name}_max"] = values.max()
-        entry.update(repeat_methods(group))
-        out.append(entry)
-    return pd.DataFrame(out, columns=columns)
-
-
-# --------------------------------------------------------------------------- shared loading
-
-
-def loader_comparison(
-    frame: pd.DataFrame, figures: Sequence[str] = COMPARISON_FIGURES
-) -> pd.DataFrame:
-    """Workloads with their own loaders against the same with one shared loader.
-
-    One row per Job × configuration (without ``+ shared loader``) × power limit ×
-    basis that has workloads of both kinds: ``own_count``/``shared_count`` (the
-    workloads), ``own_run_ids``/``shared_run_ids`` and, for every figure of
-    ``figures``, ``own_<figure>`` and ``shared_<figure>`` (means over the
-    workloads where it is known) and ``<figure>_ratio`` (shared / own: below 1,
-    the shared loader needs less CPU, time or energy per example; above 1 for
-    ``examples_per_s``, it is faster). Groups with only one kind are left out.
-    """
-    import pandas as pd
-
-    keys = ["job", "configuration", "power_limit_w", "basis"]
-    columns = [
-        *keys,
-        "own_count",
-        "shared_count",
-        "own_run_ids",
-        "shared_run_ids",
-        *(f"{side}_{name}" for name in figures for side in ("own", "shared")),
-        *(f"{name}_ratio" for name in figures),
-    ]
-    rows = frame[frame["level"] == "provider"].copy()
-    if rows.empty:
-        return pd.DataFrame(columns=columns)
-    rows["configuration"] = rows["configuration"].astype(str).str.removesuffix(SHARED_LOADER)
-    rows["job"] = rows["job"].fillna("-")
-    rows["power_limit_w"] = rows["power_limit_w"].astype(object).fillna("default")
-    rows["basis"] = rows["basis"].fillna("-")
-    out = []
-    for key, group in rows.groupby(keys, sort=False, dropna=False):
-        sides = {side: group[group["loader"] == side] for side in ("own", "shared")}
-        if sides["own"].empty or sides["shared"].empty:
-            continue
-        entry = dict(zip(keys, key, strict=True))
-        for side, part in sides.items():
-            entry[f"{side}_count"] = len(part)
-            entry[f"{side}_run_ids"] = " ".join(part["run_id"].astype(str))
-        for name in figures:
-            own = pd.to_numeric(sides["own"][name], errors="coerce").mean()
-            shared = pd.to_numeric(sides["shared"][name], errors="coerce").mean()
-            entry[f"own_{name}"], entry[f"shared_{name}"] = own, shared
-            entry[f"{name}_ratio"] = shared / own if own and math.isfinite(own) else NAN
-        out.append(entry)
-    return pd.DataFrame(out, columns=columns)

@@ -45,13 +45,12 @@ import numpy as np
 from radt.analysis.figures import (
     FIGURES,
     GAP_FACTOR,
-    MEMORY_LISTENERS,
     NAN,
-    POWER_LISTENERS,
-    UTIL_LISTENERS,
+    SOURCES,
+    all_samples_energy,
     energy_per_gpu,
     epoch_seconds,
-    gpu_figures,
+    sample_figures,
 )
 from radt.tags import RADT_COMMAND_END_S, RADT_COMMAND_START_S, RADT_WARMUP_EPOCHS, RADT_WARMUP_S
 
@@ -496,31 +495,32 @@ def _inside(series: Series, quantity: str, listeners: Sequence[str], start, end)
 
 
 def window_figures(
-    series: Series, start: float, end: float
+    series: Series, start: float = -math.inf, end: float = math.inf
 ) -> tuple[dict[str, float], dict, str | None]:
-    """The figures of :data:`radt.analysis.figures.FIGURES` over ``[start, end]``.
+    """The figures of :data:`radt.analysis.figures.FIGURES` over ``[start, end]`` (by
+    default all the samples: the whole run).
 
-    ``energy_j`` as :func:`energy_between`; power, utilisation, SM activity and
-    memory from the samples inside the window, the GPUs taken together
-    (:func:`radt.analysis.figures.gpu_figures`). Returns the
-    figures, the energy source per GPU and a note when the energy is missing.
+    ``energy_j`` as :func:`energy_between` (over all samples:
+    :func:`radt.analysis.figures.all_samples_energy`); the others from the samples inside
+    the window, the GPUs taken together, as :data:`radt.analysis.catalog.CATALOG` says
+    (:func:`radt.analysis.figures.sample_figures`). Returns the figures, the energy
+    source per GPU and a note when the energy is missing.
     """
     if not end > start:
         return {name: NAN for name in FIGURES}, {}, None
-    joules, used, note = energy_between(series, start, end)
-    rss = series.get(("top", "proc", "rss_mib"))
-    if rss is not None:
-        rss = rss[1][(rss[0] >= start) & (rss[0] <= end)]
-    figures = {
-        "energy_j": joules,
-        **gpu_figures(
-            _inside(series, "power_w", POWER_LISTENERS, start, end),
-            _inside(series, "util_pct", UTIL_LISTENERS, start, end),
-            _inside(series, "smact_ratio", ("dcgm",), start, end),
-            _inside(series, "mem_used_mib", MEMORY_LISTENERS, start, end),
-        ),
-        "host_mem_peak_mib": float(np.max(rss)) if rss is not None and len(rss) else NAN,
+    if math.isinf(start) and math.isinf(end):
+        (joules, used), note = all_samples_energy(series), None
+    else:
+        joules, used, note = energy_between(series, start, end)
+    chosen = {
+        quantity: _inside(series, quantity, listeners, start, end)
+        for quantity, listeners in SOURCES.items()
     }
+    tree = {}
+    for (source, entity, quantity), (seconds, values) in series.items():
+        if source == "top" and entity == "proc":
+            tree[quantity] = values[(seconds >= start) & (seconds <= end)]
+    figures = {"energy_j": joules, **sample_figures(chosen, tree)}
     return figures, used, note
 
 

@@ -22,8 +22,8 @@ exit radT gets a moment to drain. Nothing here talks to MLflow. Without radT eve
 no-op after a one-time notice, so one script works both ways.
 
 :func:`step` (and :func:`log_examples`) also advance the PyTorch profiler when radT's ``torch``
-listener asked for it through the environment (``RADT_TORCH_DIR``); without that variable
-nothing of the profiler is imported.
+listener asked for it through the environment (``RADT_IN_PROCESS`` names the listener's
+in-process part); without that variable nothing of the profiler is imported.
 """
 
 from __future__ import annotations
@@ -32,12 +32,15 @@ import atexit
 import collections
 import functools
 import os
+import pkgutil
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from radt.listener import IN_PROCESS_ENV
 
 T = TypeVar("T")
 
@@ -299,7 +302,8 @@ def flush() -> None:
 # --------------------------------------------------------------------------- steps and phases
 
 _profiler: Any = None
-"""The torch listener's step profiler in this process (radt.listeners.torch), when asked for."""
+"""The in-process part of a wrapping listener in this process (the torch listener's step
+profiler), when the run has one: :attr:`radt.listener.WrappingListener.in_process`."""
 _phase_names: dict[str, str] = {}
 """Phase names as sent (percent-encoded), by name."""
 _nvtx: Any = None
@@ -308,16 +312,15 @@ _nvtx_decided = False
 
 
 def _start_profiler() -> None:
-    """Load the torch listener's step profiler when radT asked for one (``RADT_TORCH_DIR``)."""
+    """Make the in-process part a wrapping listener of the run declared (``RADT_IN_PROCESS``)."""
     global _profiler
-    if not os.environ.get("RADT_TORCH_DIR"):
+    named = os.environ.get(IN_PROCESS_ENV, "")
+    if not named:
         return
     try:
-        from radt.listeners.torch import StepProfiler
-
-        _profiler = StepProfiler.from_environment(os.environ)
+        _profiler = pkgutil.resolve_name(named).from_environment(os.environ)
     except Exception as exc:  # the training goes on without a profile
-        print(f"radt: the torch listener cannot profile this process: {exc}", file=sys.stderr)
+        print(f"radt: {named} cannot profile this process: {exc}", file=sys.stderr)
         _profiler = None
 
 

@@ -31,6 +31,16 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from radt.quantities import (
+    GPU_ENERGY,
+    GPU_MEMORY,
+    GPU_POWER,
+    GPU_SM_ACTIVITY,
+    GPU_UTILISATION,
+    providers_of,
+    sources,
+)
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
@@ -38,10 +48,6 @@ if TYPE_CHECKING:
 GAP_FACTOR = 5.0
 """An interval between power samples longer than this many median intervals is not integrated."""
 EXAMPLES_METRIC = "examples"
-ENERGY_LISTENERS = ("nvml", "dcgm")
-POWER_LISTENERS = ("nvml", "dcgm", "smi")
-UTIL_LISTENERS = ("nvml", "smi")
-MEMORY_LISTENERS = ("nvml", "smi")
 FIGURES = (
     "energy_j",
     "power_mean_w",
@@ -166,14 +172,14 @@ def energy_per_gpu(
     total, used, missing = 0.0, {}, []
     for gpu in gpus:
         joules = NAN
-        for listener in ENERGY_LISTENERS:
+        for listener in providers_of(GPU_ENERGY):
             if (listener, gpu, "energy_j") in series:
                 joules = from_counter(*series[listener, gpu, "energy_j"])
                 if math.isfinite(joules):
                     used[gpu] = (listener, "counter")
                     break
         if not math.isfinite(joules):
-            for listener in POWER_LISTENERS:
+            for listener in providers_of(GPU_POWER):
                 if (listener, gpu, "power_w") in series:
                     joules = from_power(*series[listener, gpu, "power_w"])
                     if math.isfinite(joules):
@@ -218,13 +224,13 @@ def energy_method(
 def _first(
     series: Mapping[tuple[str, str, str], tuple[np.ndarray, np.ndarray]],
     quantity: str,
-    listeners: Iterable[str],
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per GPU, the ``(seconds, values)`` of ``quantity`` from the first listener that has them."""
+    """Per GPU, the ``(seconds, values)`` of the per-GPU ``quantity`` (:mod:`radt.quantities`)
+    from the first listener that has them."""
     chosen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for listener in listeners:
+    for listener, series_name in sources(quantity):
         for (source, gpu, name), (seconds, values) in series.items():
-            if source == listener and name == quantity and gpu.startswith("gpu"):
+            if source == listener and name == series_name and gpu.startswith("gpu"):
                 chosen.setdefault(gpu, (seconds, values))
     return chosen
 
@@ -290,10 +296,10 @@ def run_figures(
     figures = {
         "energy_j": joules,
         **gpu_figures(
-            _first(series, "power_w", POWER_LISTENERS),
-            _first(series, "util_pct", UTIL_LISTENERS),
-            _first(series, "smact_ratio", ("dcgm",)),
-            _first(series, "mem_used_mib", MEMORY_LISTENERS),
+            _first(series, GPU_POWER),
+            _first(series, GPU_UTILISATION),
+            _first(series, GPU_SM_ACTIVITY),
+            _first(series, GPU_MEMORY),
         ),
         "host_mem_peak_mib": float(np.max(rss[1])) if rss is not None and len(rss[1]) else NAN,
     }

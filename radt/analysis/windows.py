@@ -45,14 +45,12 @@ import numpy as np
 from radt.analysis.figures import (
     FIGURES,
     GAP_FACTOR,
-    MEMORY_LISTENERS,
     NAN,
-    POWER_LISTENERS,
-    UTIL_LISTENERS,
     energy_per_gpu,
     epoch_seconds,
     gpu_figures,
 )
+from radt.quantities import GPU_MEMORY, GPU_POWER, GPU_SM_ACTIVITY, GPU_UTILISATION, sources
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -481,13 +479,13 @@ def energy_between(series: Series, start: float, end: float) -> tuple[float, dic
     return total, used, None
 
 
-def _inside(series: Series, quantity: str, listeners: Sequence[str], start, end) -> dict:
-    """Per GPU, the ``(seconds, values)`` of ``quantity`` from the first listener that has
-    them, in the window."""
+def _inside(series: Series, quantity: str, start, end) -> dict:
+    """Per GPU, the ``(seconds, values)`` of the per-GPU ``quantity`` (:mod:`radt.quantities`)
+    from the first listener that has them, in the window."""
     chosen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for listener in listeners:
+    for listener, series_name in sources(quantity):
         for (source, gpu, name), (seconds, values) in series.items():
-            wanted = source == listener and name == quantity and gpu.startswith("gpu")
+            wanted = source == listener and name == series_name and gpu.startswith("gpu")
             if wanted and gpu not in chosen:
                 inside = (seconds >= start) & (seconds <= end)
                 chosen[gpu] = (seconds[inside], values[inside])
@@ -513,10 +511,10 @@ def window_figures(
     figures = {
         "energy_j": joules,
         **gpu_figures(
-            _inside(series, "power_w", POWER_LISTENERS, start, end),
-            _inside(series, "util_pct", UTIL_LISTENERS, start, end),
-            _inside(series, "smact_ratio", ("dcgm",), start, end),
-            _inside(series, "mem_used_mib", MEMORY_LISTENERS, start, end),
+            _inside(series, GPU_POWER, start, end),
+            _inside(series, GPU_UTILISATION, start, end),
+            _inside(series, GPU_SM_ACTIVITY, start, end),
+            _inside(series, GPU_MEMORY, start, end),
         ),
         "host_mem_peak_mib": float(np.max(rss)) if rss is not None and len(rss) else NAN,
     }

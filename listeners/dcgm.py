@@ -39,9 +39,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from radt.listener import RunContext, Sample, samples_from
+from radt.listener import (
+    GPU_ENERGY,
+    GPU_POWER,
+    GPU_SM_ACTIVITY,
+    RunContext,
+    Sample,
+    StreamedListener,
+    samples_from,
+)
 from radt.placeholders import number
-from radt.record.streamed import StreamedListener
 from radt.tags import RADT_DCGM_FIELDS
 from radt.words import count
 
@@ -128,6 +135,11 @@ class DcgmListener(StreamedListener):
     """Samples ``dcgm/gpu{i}/*`` (and ``…/gi{g}/…`` in MIG mode) from ``dcgmi dmon``."""
 
     name = "dcgm"
+    provides = (
+        (GPU_POWER, "dcgm/gpu*/power_w", 20),
+        (GPU_ENERGY, "dcgm/gpu*/energy_j", 20),
+        (GPU_SM_ACTIVITY, "dcgm/gpu*/smact_ratio", 10),
+    )
     records = (
         "per GPU and MIG instance activity (GRACT, SMACT, SMOCC, tensor, DRAM, "
         "FP64/32/16, PCIe, NVLink), power and energy, from dcgmi dmon"

@@ -33,13 +33,18 @@ one warning; the run goes on. Unreadable lines are skipped and counted (tag
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from radt.listener import Listener, Option, RunContext, samples_from
-from radt.tags import RADT_NCU_CAPTURE, RADT_NCU_SKIPPED_LINES
+from radt.listener import (
+    CAPTURES,
+    DEFAULT_RANGE,
+    Option,
+    RunContext,
+    WrappingListener,
+    samples_from,
+)
+from radt.tags import RADT_NCU_SKIPPED_LINES
 from radt.words import count
 
 from ._reports import (
@@ -56,8 +61,6 @@ ARTIFACT_DIR = "radt/ncu"
 DURATION_METRIC = "gpu__time_duration.sum"
 SOL_SECTION = "GPU Speed Of Light Throughput"
 SOL_DURATION = "Duration"
-DEFAULT_RANGE = "profile"
-CAPTURES = ("all", "nvtx", "none")
 REQUIRED = ("ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
 KERNEL_COLUMNS = (
     "Kernel Name",
@@ -155,7 +158,7 @@ def parse_details(text: str) -> LaunchSummary | None:
     return summary
 
 
-class NcuListener(Listener):
+class NcuListener(WrappingListener):
     """Wraps the command in ``ncu``; logs the profiled kernels' durations after it ends."""
 
     name = "ncu"
@@ -171,57 +174,31 @@ class NcuListener(Listener):
             positive=True,
         ),
     )
-    on_by_default = False  # a profiler changes the run: only with -l
+    tool = "ncu"
+    report_suffixes = (".ncu-rep",)
     records = "an Nsight Compute report of the command's kernels, their totals and top kernels"
     cost = "ncu replays each profiled kernel: the command runs many times slower"
 
-    def __init__(self) -> None:
-        self.base: Path | None = None
-        self.capture_range: str | None = None
-
-    def available(self) -> str | None:
-        return None if shutil.which("ncu") else "ncu not found"
-
     def wrap(self, argv: list[str], run: RunContext) -> list[str]:
-        folder = run.workdir / "ncu"
-        folder.mkdir(parents=True, exist_ok=True)
-        self.base = folder / "report"
         command = [
             "ncu",
             "--export",
-            str(self.base),
+            str(self.report_base(run)),
             "--force-overwrite",
             "--target-processes",
             "all",
             "--metrics",
             DURATION_METRIC,
         ]
-        capture = run.options.get("capture", "all").strip().lower()
-        if capture == "nvtx":
-            self.capture_range = run.options.get("range", DEFAULT_RANGE).strip() or DEFAULT_RANGE
+        if self.capture(run, otherwise="profiling every kernel"):
             command += ["--nvtx", "--nvtx-include", f"{self.capture_range}/"]
-        elif capture not in ("all", "none", ""):
-            run.warn(f"listener ncu: unknown capture={capture!r}; profiling every kernel")
         count = run.options.get("launch_count")
         if count is not None:
             if count.strip().isdigit() and int(count) > 0:
                 command += ["--launch-count", str(int(count))]
             else:
                 run.warn(f"listener ncu: ignoring launch_count={count!r} (not a positive integer)")
-        run.set_tag(RADT_NCU_CAPTURE, f"nvtx:{self.capture_range}" if self.capture_range else "all")
         return [*command, *argv]
-
-    def start(self, run: RunContext) -> None:
-        """Nothing to start: ncu itself is the command."""
-
-    def stop(self) -> None:
-        """Nothing runs beside the command."""
-
-    def find_report(self) -> Path | None:
-        if self.base is None:
-            return None
-        path = self.base.with_name(self.base.name + ".ncu-rep")
-        return path if path.is_file() else None
 
     def collect(self, run: RunContext) -> None:
         report = self.find_report()

@@ -48,16 +48,21 @@ later and ``gpukernsum`` before; the new name is tried first.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from radt.listener import Listener, Option, RunContext, samples_from
+from radt.listener import (
+    CAPTURES,
+    DEFAULT_RANGE,
+    Option,
+    RunContext,
+    WrappingListener,
+    samples_from,
+)
 from radt.tags import (
-    RADT_NSYS_CAPTURE,
     RADT_NSYS_REPORT,
     RADT_NSYS_SKIPPED_LINES,
     RADT_NSYS_WALL_SOURCE,
@@ -81,8 +86,6 @@ REPORT_NAMES = ("cuda_gpu_kern_sum", "gpukernsum")
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 TOP_KERNELS = 20
 DEFAULT_TRACE = "cuda,nvtx,osrt"
-DEFAULT_RANGE = "profile"
-CAPTURES = ("all", "nvtx", "none")
 NO_KERNEL_DATA = "does not contain CUDA kernel data"
 
 
@@ -169,7 +172,7 @@ def capture_wall_ns(sqlite_path: Path) -> float | None:
     return duration if duration > 0 else None
 
 
-class NsysListener(Listener):
+class NsysListener(WrappingListener):
     """Wraps the command in ``nsys profile``; logs the kernel summary after it ends."""
 
     name = "nsys"
@@ -185,65 +188,36 @@ class NsysListener(Listener):
             positive=True,
         ),
     )
-    on_by_default = False  # a profiler changes the run: only with -l
+    tool = "nsys"
+    report_suffixes = REPORT_SUFFIXES
     records = "an Nsight Systems report of the command, its kernel totals and top kernels"
     cost = "the command runs under nsys profile, with its tracing overhead"
 
     def __init__(self) -> None:
-        self.base: Path | None = None
-        self.capture_range: str | None = None
-        self._started: float | None = None
+        super().__init__()
         self._wrapped: float | None = None
 
-    def available(self) -> str | None:
-        return None if shutil.which("nsys") else "nsys not found"
-
     def wrap(self, argv: list[str], run: RunContext) -> list[str]:
-        folder = run.workdir / "nsys"
-        folder.mkdir(parents=True, exist_ok=True)
-        self.base = folder / "report"
+        base = self.report_base(run)
         self._wrapped = time.time()
         trace = run.options.get("trace", DEFAULT_TRACE).strip() or DEFAULT_TRACE
         command = [
             "nsys",
             "profile",
-            f"--output={self.base}",
+            f"--output={base}",
             "--force-overwrite=true",
             f"--trace={trace}",
             "--sample=none",
             "--cpuctxsw=none",
         ]
-        capture = run.options.get("capture", "all").strip().lower()
-        if capture == "nvtx":
-            self.capture_range = run.options.get("range", DEFAULT_RANGE).strip() or DEFAULT_RANGE
+        if self.capture(run, otherwise="recording the whole run"):
             command += [
                 "--capture-range=nvtx",
                 f"--nvtx-capture={self.capture_range}",
                 "--capture-range-end=stop",
                 "--env-var=NSYS_NVTX_PROFILER_REGISTER_ONLY=0",
             ]
-        elif capture not in ("all", "none", ""):
-            run.warn(f"listener nsys: unknown capture={capture!r}; recording the whole run")
-        run.set_tag(
-            RADT_NSYS_CAPTURE, f"nvtx:{self.capture_range}" if self.capture_range else "all"
-        )
         return [*command, *argv]
-
-    def start(self, run: RunContext) -> None:
-        self._started = time.time()
-
-    def stop(self) -> None:
-        """Nothing runs beside the command: nsys itself is the command."""
-
-    def find_report(self) -> Path | None:
-        """The report nsys wrote (``.nsys-rep``; ``.qdrep`` before 2021.4), or None."""
-        if self.base is None:
-            return None
-        for suffix in REPORT_SUFFIXES:
-            path = self.base.with_name(self.base.name + suffix)
-            if path.is_file():
-                return path
-        return None
 
     def collect(self, run: RunContext) -> None:
         report = self.find_report()
@@ -268,7 +242,7 @@ class NsysListener(Listener):
         wall_ns = capture_wall_ns(report.with_suffix(".sqlite"))
         run.set_tag(RADT_NSYS_WALL_SOURCE, "nsys" if wall_ns else "launcher")
         if wall_ns is None:
-            begun = self._started or self._wrapped
+            begun = self.started_s or self._wrapped
             wall_ns = (time.time() - begun) * 1e9 if begun else None
         values: dict[str, float | None] = {
             "kernels/total_time_ms": summary.total_ns / 1e6,

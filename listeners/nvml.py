@@ -25,7 +25,18 @@ from typing import Any
 
 import psutil
 
-from radt.listener import Emit, PolledListener, RunContext, Sample, samples_from
+from radt.listener import (
+    GPU_ENERGY,
+    GPU_MEMORY,
+    GPU_POWER,
+    GPU_POWER_AVERAGED,
+    GPU_UTILISATION,
+    Emit,
+    PolledListener,
+    RunContext,
+    Sample,
+    samples_from,
+)
 from radt.tags import RADT_NVML_ENERGY_METHOD, RADT_NVML_POWER_SOURCE
 
 from ._gpus import Gpu, migs_of_run, requested, resolve
@@ -62,6 +73,13 @@ class NvmlListener(PolledListener):
     ``nvml/gpu{i}/proc/*`` (the processes of one run, in that run)."""
 
     name = "nvml"
+    provides = (
+        (GPU_POWER, "nvml/gpu*/power_w", 10),
+        (GPU_POWER_AVERAGED, "nvml/gpu*/power_avg_w", 10),
+        (GPU_ENERGY, "nvml/gpu*/energy_j", 10),
+        (GPU_UTILISATION, "nvml/gpu*/util_pct", 10),
+        (GPU_MEMORY, "nvml/gpu*/mem_used_mib", 10),
+    )
     records = (
         "per GPU power, energy, utilisation, memory, temperature, clocks, power limit and "
         "throttling; MIG devices' and processes' memory; each run's own SM utilisation"

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from radt.listener import Option, PolledListener, RunContext, Sample, samples_from
+from radt.listener import HOST_ENERGY, Option, PolledListener, RunContext, Sample, samples_from
 from radt.tags import RADT_RAPL_ZONES
 
 DEFAULT_ROOT = Path("/sys/class/powercap")
@@ -96,6 +96,7 @@ class RaplListener(PolledListener):
     """Samples ``rapl/<zone>/energy_j`` and ``rapl/<zone>/power_w`` for every readable zone."""
 
     name = "rapl"
+    provides = ((HOST_ENERGY, "rapl/*/energy_j", 10),)
     records = "CPU package, core, uncore and DRAM energy and power from the RAPL counters"
     declared_options = (
         Option("root", str, str(DEFAULT_ROOT), "the powercap folder to read the zones from"),

@@ -24,9 +24,16 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from radt.listener import RunContext, Sample, samples_from
+from radt.listener import (
+    GPU_MEMORY,
+    GPU_POWER,
+    GPU_UTILISATION,
+    RunContext,
+    Sample,
+    StreamedListener,
+    samples_from,
+)
 from radt.placeholders import number
-from radt.record.streamed import StreamedListener
 from radt.words import count
 
 from ._gpus import Gpu
@@ -85,6 +92,11 @@ class SmiListener(StreamedListener):
     """Samples ``smi/gpu{i}/*`` from ``nvidia-smi --query-gpu … -lms N``."""
 
     name = "smi"
+    provides = (
+        (GPU_POWER, "smi/gpu*/power_w", 30),
+        (GPU_UTILISATION, "smi/gpu*/util_pct", 20),
+        (GPU_MEMORY, "smi/gpu*/mem_used_mib", 20),
+    )
     records = (
         "per GPU power, utilisation, memory, temperature, clocks, pstate and power limit, "
         "from nvidia-smi"

@@ -20,7 +20,15 @@ from typing import Any
 
 import psutil
 
-from radt.listener import TRUE_WORDS, Option, PolledListener, RunContext, Sample, samples_from
+from radt.listener import (
+    HOST_CPU,
+    TRUE_WORDS,
+    Option,
+    PolledListener,
+    RunContext,
+    Sample,
+    samples_from,
+)
 
 from ._rates import MIB, MIN_WINDOW_S, rate
 
@@ -61,6 +69,7 @@ class TopListener(PolledListener):
     """
 
     name = "top"
+    provides = ((HOST_CPU, "top/host/cpu_pct", 10),)
     records = (
         "CPU %, RSS, threads and I/O of the command's process tree; the host's CPU %, "
         "memory, swap and load"

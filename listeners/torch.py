@@ -2,9 +2,10 @@
 
 A *wrapping* listener (DESIGN.md) whose other half runs in the script: :meth:`TorchListener.wrap`
 leaves the command as it is and tells the script, through the environment, what to record and
-where (``RADT_TORCH_DIR``, ``RADT_TORCH_SKIP``, ``RADT_TORCH_STEPS``, ``RADT_TORCH_TOP``). The run
-API (:mod:`radt.run_api`) reads them at its first call and drives a :class:`StepProfiler`: at the
-first :func:`radt.step` (or :func:`radt.log_examples`) it starts ``torch.profiler.profile`` with
+where (``RADT_TORCH_DIR``, ``RADT_TORCH_SKIP``, ``RADT_TORCH_STEPS``, ``RADT_TORCH_TOP``).
+It declares :class:`StepProfiler` as its in-process part (``in_process``): the run API
+(:mod:`radt.run_api`) makes one from them at its first call and drives it: at the first
+:func:`radt.step` (or :func:`radt.log_examples`) it starts ``torch.profiler.profile`` with
 CPU and, when CUDA is available, CUDA activities; it skips ``skip`` steps (the warm-up), warms up
 for one step and records ``steps`` steps. Then it writes, in ``<RADT_TORCH_DIR>/<pid>/``:
 
@@ -51,7 +52,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from radt.listener import Listener, Option, RunContext, samples_from
+from radt.listener import Option, RunContext, WrappingListener, samples_from
 from radt.tags import RADT_TORCH_ACTIVITIES, RADT_TORCH_PROCESSES, RADT_TORCH_SCHEDULE
 
 log = logging.getLogger(__name__)
@@ -325,7 +326,7 @@ def write_ops(path: Path, rows: list[dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------- in radT
 
 
-class TorchListener(Listener):
+class TorchListener(WrappingListener):
     """Asks the run API to profile training steps; collects the trace and operator table."""
 
     name = "torch"
@@ -334,7 +335,7 @@ class TorchListener(Listener):
         Option("steps", int, str(DEFAULTS["steps"]), "steps to record", least=LEAST["steps"]),
         Option("top", int, str(DEFAULTS["top"]), "operators kept in the table", least=LEAST["top"]),
     )
-    on_by_default = False  # a profiler slows the steps it records: only with -l
+    in_process = f"{__name__}:StepProfiler"
     records = (
         "the PyTorch profiler's trace and operator table over a few training steps "
         "(skip 10, record 5; -o torch.skip/steps)"
@@ -345,6 +346,7 @@ class TorchListener(Listener):
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self.folder: Path | None = None
         self.options = dict(DEFAULTS)
         self.problem: str | None = None
@@ -357,7 +359,7 @@ class TorchListener(Listener):
             return self.problem
         if importlib.util.find_spec("torch") is None:
             return "PyTorch is not installed"
-        return None
+        return super().available()
 
     def wrap(self, argv: list[str], run: RunContext) -> list[str]:
         self.options, problem = _options(run.options)
@@ -371,12 +373,6 @@ class TorchListener(Listener):
         schedule = f"skip {self.options['skip']}, record {self.options['steps']}"
         run.set_tag(RADT_TORCH_SCHEDULE, schedule)
         return argv
-
-    def start(self, run: RunContext) -> None:
-        """Nothing runs beside the command: the profiler runs inside it."""
-
-    def stop(self) -> None:
-        """Nothing to stop (see :meth:`start`)."""
 
     def collect(self, run: RunContext) -> None:
         folder = self.folder or run.workdir / "torch"

@@ -598,7 +598,9 @@ def run_sync(argv: list[str]) -> int:
         lines = waiting(root)
         print("\n".join(lines) if lines else f"nothing waiting in {root}")
         return 0
-    return sync(root)
+    from radt.analysis.closing import summarize
+
+    return sync(root, summarize)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,25 +3,66 @@
 A listener never talks to MLflow. It is handed a :class:`RunContext` on
 ``start`` and pushes :class:`Sample` tuples, or one :class:`SampleBatch` of
 many samples as columns, through ``run.emit``; the recorder does the rest.
-Three shapes exist (DESIGN.md): *polled* listeners implement
-:meth:`PolledListener.poll` and are driven by the shared
-:class:`radt.record.sampler.Sampler`; *streamed* listeners own a tool process and
-emit as lines arrive; *wrapping* listeners change the command before it
-starts (:meth:`Listener.wrap`) and collect their report after it ends
+Three shapes exist (DESIGN.md), each a public base here, and a listener imports
+nothing else of radT's: *polled* listeners (:class:`PolledListener`) implement
+:meth:`PolledListener.poll` and are driven by the shared sampler; *streamed*
+listeners (:class:`StreamedListener`) own a tool process and emit as lines
+arrive; *wrapping* listeners (:class:`WrappingListener`) change the command
+before it starts (:meth:`Listener.wrap`) and collect their report after it ends
 (:meth:`Listener.collect`).
 """
 
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+import threading
+import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
+from radt.quantities import (
+    GPU_ENERGY,
+    GPU_MEMORY,
+    GPU_POWER,
+    GPU_POWER_AVERAGED,
+    GPU_SM_ACTIVITY,
+    GPU_UTILISATION,
+    HOST_CPU,
+    HOST_ENERGY,
+    Provides,
+)
+from radt.tags import capture_tag
+
 if TYPE_CHECKING:
     import pyarrow as pa
+
+__all__ = [
+    "GPU_ENERGY",
+    "GPU_MEMORY",
+    "GPU_POWER",
+    "GPU_POWER_AVERAGED",
+    "GPU_SM_ACTIVITY",
+    "GPU_UTILISATION",
+    "HOST_CPU",
+    "HOST_ENERGY",
+    "Client",
+    "Listener",
+    "Option",
+    "PolledListener",
+    "Provides",
+    "RunContext",
+    "Sample",
+    "SampleBatch",
+    "StreamedListener",
+    "WrappingListener",
+    "samples_from",
+]
 
 
 class Sample(NamedTuple):
@@ -167,6 +208,13 @@ class RunContext:
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
+IN_PROCESS_ENV = "RADT_IN_PROCESS"
+"""The variable naming the in-process part (``module:Class``) of a run's wrapping listener:
+:attr:`WrappingListener.in_process` (one per run)."""
+DEFAULT_RANGE = "profile"
+"""The NVTX range a profiler's ``capture=nvtx`` records by default."""
+CAPTURES = ("all", "nvtx", "none")
+"""The words ``-o NAME.capture=`` takes."""
 KINDS = {bool: "yes/no", int: "whole number", float: "number", str: "text"}
 
 
@@ -249,6 +297,10 @@ class Listener(ABC):
     first line)."""
     cost: ClassVar[str] = ""
     """What running it costs the command, for an opt-in listener (``radt listeners``)."""
+    provides: ClassVar[tuple[Provides, ...]] = ()
+    """The quantities the analysis reads from it: ``(quantity, key pattern, priority)``, e.g.
+    ``(GPU_POWER, "mylistener/gpu*/power_w", 5)``; a lower priority is preferred when several
+    listeners provide one (radT's own: 10 and up). See :mod:`radt.quantities`."""
     scope: ClassVar[str] = "run"
     """``run``: it observes one command; ``device``: it observes GPUs or the host, so in a
     workload it runs once, in the workload's parent run."""
@@ -314,6 +366,192 @@ class PolledListener(Listener):
     def poll(self) -> list[Sample] | SampleBatch:
         """Return the samples of this instant: a list of :class:`Sample`, or a
         :class:`SampleBatch` when there are many."""
+
+
+class StreamedListener(Listener):
+    """Owns one tool process (``nvidia-smi -lms``, ``dcgmi dmon``) and always reaps it.
+
+    Subclasses give the :meth:`command` and :meth:`parse` one line of its
+    output into samples. A line that cannot be parsed (``parse`` raises) is
+    skipped and counted: one warning at the first, the count at the end. A
+    tool that exits on its own is reported with the end of its stderr.
+    """
+
+    stop_timeout_s: float = 3.0
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[str] | None = None
+        self.run: RunContext | None = None
+        self._reader: threading.Thread | None = None
+        self._errors: threading.Thread | None = None
+        self._stderr: deque[str] = deque(maxlen=20)
+        self._stopping = threading.Event()
+        self.lines = 0
+        self.skipped = 0
+        self._last_line = ""
+        self._skips_reported = 0
+
+    @abstractmethod
+    def command(self, run: RunContext) -> list[str]:
+        """The tool's argv."""
+
+    @abstractmethod
+    def parse(self, line: str) -> list[Sample]:
+        """Samples in one line of the tool's output (may keep state, e.g. a header)."""
+
+    def start(self, run: RunContext) -> None:
+        self.run = run
+        self._stopping.clear()
+        self.process = subprocess.Popen(
+            self.command(run),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, name=f"radt-{self.name}", daemon=True)
+        self._reader.start()
+        self._errors = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._errors.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._reader is not None:
+            self._reader.join(self.stop_timeout_s)
+        if self.skipped > self._skips_reported and self.run is not None:
+            self._skips_reported = self.skipped
+            self.run.warn(
+                f"listener {self.name}: skipped {self.skipped} of {self.lines} output lines"
+            )
+
+    def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        assert self.run is not None
+        warned = False
+        for line in self.process.stdout:
+            self.lines += 1
+            self._last_line = line.strip() or self._last_line
+            try:
+                samples = self.parse(line.rstrip("\n"))
+            except Exception as exc:
+                self.skipped += 1
+                if not warned:
+                    warned = True
+                    self.run.warn(
+                        f"listener {self.name}: skipping unreadable output {line!r} ({exc})"
+                    )
+                continue
+            if samples:
+                self.run.emit(samples)
+        code = self.process.wait()
+        if self._errors is not None:
+            self._errors.join(1.0)
+        if not self._stopping.is_set():
+            # nvidia-smi and dcgmi print their errors on stdout.
+            tail = " | ".join(self._stderr) or self._last_line or "no output"
+            self.run.warn(f"listener {self.name}: its tool exited with code {code} ({tail})")
+
+    def _drain_stderr(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        for line in self.process.stderr:
+            if line.strip():
+                self._stderr.append(line.strip())
+
+
+class WrappingListener(Listener):
+    """A listener that changes the command before it starts and collects after it ends.
+
+    Subclasses implement :meth:`Listener.wrap` and :meth:`Listener.collect`; nothing
+    runs beside the command, so ``start`` only notes the time and ``stop`` does nothing.
+    A profiler that is a tool (``nsys``, ``ncu``) names it in :attr:`tool` and the
+    suffixes of the report it writes in :attr:`report_suffixes`; :meth:`report_base`,
+    :meth:`capture` and :meth:`find_report` are the steps such a wrapper shares. A
+    listener whose other half runs inside the training process (``torch``) names that
+    half in :attr:`in_process`.
+    """
+
+    on_by_default = False  # a profiler changes the run: only with -l
+    tool: ClassVar[str] = ""
+    """The executable put in front of the command; ``available()`` says when it is missing."""
+    report_suffixes: ClassVar[tuple[str, ...]] = ()
+    """The suffixes of the report the tool writes after :meth:`report_base`, preferred first."""
+    in_process: ClassVar[str] = ""
+    """``module:Class`` of the part that runs inside the training process, or empty.
+
+    The class has ``from_environment(env)`` (it reads what :meth:`wrap` put in ``run.env``)
+    and the methods ``step(explicit)``, ``range(name)`` and the attribute ``recording``;
+    the run API (:mod:`radt.run_api`) makes one at its first call when the run has it.
+    """
+
+    def __init__(self) -> None:
+        self.base: Path | None = None
+        self.capture_range: str | None = None
+        self.started_s: float | None = None
+
+    def available(self) -> str | None:
+        if self.tool and shutil.which(self.tool) is None:
+            return f"{self.tool} not found"
+        return None
+
+    def start(self, run: RunContext) -> None:
+        """Nothing runs beside the command: note when it started."""
+        self.started_s = time.time()
+
+    def stop(self) -> None:
+        """Nothing runs beside the command."""
+
+    def declare_in_process(self, run: RunContext) -> None:
+        """Tell the run API, through ``run.env``, to make :attr:`in_process` in the command."""
+        if not self.in_process:
+            return
+        other = run.env.get(IN_PROCESS_ENV, self.in_process)
+        if other != self.in_process:
+            run.warn(f"listener {self.name}: the run already has an in-process part ({other})")
+            return
+        run.env[IN_PROCESS_ENV] = self.in_process
+
+    def report_base(self, run: RunContext) -> Path:
+        """The report's path without its suffix, in the run's folder ``<name>/`` (made)."""
+        folder = run.workdir / self.name
+        folder.mkdir(parents=True, exist_ok=True)
+        self.base = folder / "report"
+        return self.base
+
+    def capture(self, run: RunContext, otherwise: str) -> str | None:
+        """The NVTX range of ``-o NAME.capture=nvtx`` (``range``, default ``profile``), or None.
+
+        Sets the tag ``radt.NAME.capture``; an unknown ``capture`` warns once that the
+        listener does ``otherwise`` instead.
+        """
+        capture = run.options.get("capture", "all").strip().lower()
+        self.capture_range = None
+        if capture == "nvtx":
+            self.capture_range = run.options.get("range", DEFAULT_RANGE).strip() or DEFAULT_RANGE
+        elif capture not in ("all", "none", ""):
+            run.warn(f"listener {self.name}: unknown capture={capture!r}; {otherwise}")
+        tag = f"nvtx:{self.capture_range}" if self.capture_range else "all"
+        run.set_tag(capture_tag(self.name), tag)
+        return self.capture_range
+
+    def find_report(self) -> Path | None:
+        """The report the tool wrote (the first of :attr:`report_suffixes` found), or None."""
+        if self.base is None:
+            return None
+        for suffix in self.report_suffixes:
+            path = self.base.with_name(self.base.name + suffix)
+            if path.is_file():
+                return path
+        return None
 
 
 def samples_from(timestamp: float, prefix: str, values: dict[str, float | None]) -> list[Sample]:

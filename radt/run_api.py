@@ -22,8 +22,8 @@ exit radT gets a moment to drain. Nothing here talks to MLflow. Without radT eve
 no-op after a one-time notice, so one script works both ways.
 
 :func:`step` (and :func:`log_examples`) also advance the PyTorch profiler when radT's ``torch``
-listener asked for it through the environment (``RADT_TORCH_DIR``); without that variable
-nothing of the profiler is imported.
+listener asked for it through the environment (``RADT_IN_PROCESS`` names the listener's
+in-process part); without that variable nothing of the profiler is imported.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import collections
 import functools
 import logging
 import os
+import pkgutil
 import socket
 import sys
 import threading
@@ -41,6 +42,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from radt.console import install_lines
+from radt.listener import IN_PROCESS_ENV
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +303,8 @@ def flush() -> None:
 # --------------------------------------------------------------------------- steps and phases
 
 _profiler: Any = None
-"""The torch listener's step profiler in this process (radt.listeners.torch), when asked for."""
+"""The in-process part of a wrapping listener in this process (the torch listener's step
+profiler), when the run has one: :attr:`radt.listener.WrappingListener.in_process`."""
 _phase_names: dict[str, str] = {}
 """Phase names as sent (percent-encoded), by name."""
 _nvtx: Any = None
@@ -310,16 +313,15 @@ _nvtx_decided = False
 
 
 def _start_profiler() -> None:
-    """Load the torch listener's step profiler when radT asked for one (``RADT_TORCH_DIR``)."""
+    """Make the in-process part a wrapping listener of the run declared (``RADT_IN_PROCESS``)."""
     global _profiler
-    if not os.environ.get("RADT_TORCH_DIR"):
+    named = os.environ.get(IN_PROCESS_ENV, "")
+    if not named:
         return
     try:
-        from radt.listeners.torch import StepProfiler
-
-        _profiler = StepProfiler.from_environment(os.environ)
+        _profiler = pkgutil.resolve_name(named).from_environment(os.environ)
     except Exception as exc:  # the training goes on without a profile
-        log.warning(f"the torch listener cannot profile this process: {exc}")
+        log.warning(f"{named} cannot profile this process: {exc}")
         _profiler = None
 
 

@@ -217,3 +217,9 @@ class RunTree:
     def kind(self, run: Any) -> RunKind:
         """The :class:`RunKind` of ``run``, knowing its children."""
         return run_kind(run.data.tags, has_children=run.info.run_id in self.children)
+
+
+def capture_tag(listener: str) -> str:
+    """The tag that says what a wrapping listener (``nsys``, ``ncu``) captured:
+    ``radt.<listener>.capture`` (:data:`RADT_NSYS_CAPTURE`, :data:`RADT_NCU_CAPTURE`)."""
+    return f"radt.{listener}.capture"

@@ -25,12 +25,12 @@ from radt.frontend.series import (
 )
 from radt.frontend.style import choice, empty_figure
 
+from radt.quantities import GPU_MEMORY, GPU_POWER, GPU_UTILISATION, listener_prefixes
 from radt.words import count
 
 LIVE_MS = 3_000
 KEYS_LIST_PX = 560
 """The open key list's height: about 16 keys at a time (Dash's default, 200 px, showed 3)."""
-GPU_LISTENERS = ("nvml/", "smi/", "dcgm/")
 
 
 def layout() -> html.Div:
@@ -116,9 +116,11 @@ def _keys_note(keys: list[str]) -> html.Div | None:
     """What the key list says about the runs: nothing recorded yet, or no GPU listener."""
     if not keys:
         return html.Div("These runs hold no metrics yet.", className="radt-note")
-    if not any(k.startswith(GPU_LISTENERS) for k in keys):
+    gpu_listeners = listener_prefixes([GPU_POWER, GPU_UTILISATION, GPU_MEMORY])
+    if not any(k.startswith(gpu_listeners) for k in keys):
+        names = ", ".join(p.rstrip("/") for p in gpu_listeners)
         return html.Div(
-            "No GPU metrics in these runs (no nvml, smi or dcgm listener ran, or no GPU): "
+            f"No GPU metrics in these runs (no GPU listener ran: {names}; or no GPU): "
             "CPU, memory and I/O series only.",
             className="radt-note",
         )

@@ -47,10 +47,8 @@ import numpy as np
 
 from radt.analysis.catalog import ATTRIBUTED
 from radt.analysis.figures import (
-    ENERGY_LISTENERS,
     GAP_FACTOR,
     NAN,
-    POWER_LISTENERS,
     epoch_seconds,
 )
 from radt.analysis.windows import (
@@ -60,6 +58,7 @@ from radt.analysis.windows import (
     sampling_interval,
     unwrap_counter,
 )
+from radt.quantities import GPU_ENERGY, GPU_POWER, providers_of
 from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
     RADT_COLLOCATION,
@@ -147,13 +146,17 @@ def crosscheck(
     worst = NAN
     gpus = sorted({gpu for (_, gpu, q) in series if q == "energy_j" and gpu.startswith("gpu")})
     for gpu in gpus:
-        for listener in ENERGY_LISTENERS:
+        for listener in providers_of(GPU_ENERGY):
             counter = series.get((listener, gpu, "energy_j"))
             own = tags.get(RADT_NVML_ENERGY_METHOD + gpu) == "integrated_power"
             if counter is None or len(counter[0]) < 2 or (listener == "nvml" and own):
                 continue
             power = series.get((listener, gpu, "power_w")) or next(
-                (series[k] for k in ((p, gpu, "power_w") for p in POWER_LISTENERS) if k in series),
+                (
+                    series[k]
+                    for k in ((p, gpu, "power_w") for p in providers_of(GPU_POWER))
+                    if k in series
+                ),
                 None,
             )
             if power is None or len(power[0]) < 2:
@@ -256,11 +259,11 @@ class EnergyCurve:
     @classmethod
     def of(cls, series: Mapping[tuple[str, str, str], Arrays], gpu: str) -> EnergyCurve | None:
         """The GPU's counter (``nvml``, else ``dcgm``), else its power; None without either."""
-        for listener in ENERGY_LISTENERS:
+        for listener in providers_of(GPU_ENERGY):
             found = series.get((listener, gpu, "energy_j"))
             if found is not None and len(found[0]) >= 2:
                 return cls(found[0], unwrap_counter(found[1]), "counter")
-        for listener in POWER_LISTENERS:
+        for listener in providers_of(GPU_POWER):
             found = series.get((listener, gpu, "power_w"))
             if found is not None and len(found[0]) >= 2:
                 return cls(found[0], np.asarray(found[1], np.float64), "integrated_power")
@@ -299,11 +302,11 @@ def idle_floor_w(series: Mapping[tuple[str, str, str], Arrays], gpu: str) -> flo
     From the first power listener's ``power_w``; without power, the lowest
     average power between two readings of the energy counter (gaps left out).
     """
-    for listener in POWER_LISTENERS:
+    for listener in providers_of(GPU_POWER):
         found = series.get((listener, gpu, "power_w"))
         if found is not None and len(found[1]):
             return float(np.min(found[1]))
-    for listener in ENERGY_LISTENERS:
+    for listener in providers_of(GPU_ENERGY):
         found = series.get((listener, gpu, "energy_j"))
         if found is None or len(found[0]) < 3:
             continue

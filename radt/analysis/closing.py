@@ -1,7 +1,7 @@
 """The figures a run logs as it completes: a few headline metrics, tags, and a per-key table.
 
-:mod:`radt.record.finalize` calls :func:`closing_figures` in its ``summary``
-step. The figures are those of :func:`radt.analysis.summary.summary` for the
+The launcher and ``radt sync`` hand :func:`summarize` to :func:`radt.record.finalize.finish`
+for its ``summary`` step. The figures are those of :func:`radt.analysis.summary.summary` for the
 same run, computed from what is at hand when the run closes:
 
 - a lone run or a client: its client window from its own samples (its
@@ -21,17 +21,19 @@ everything from the samples artifacts and is the reference.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from radt.analysis.catalog import HEADLINE as HEADLINE_FIGURES
 from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
     RADT_BASIS,
     RADT_COLLOCATION,
+    RADT_FIGURES,
     RADT_LETTER,
     RADT_WARMUP,
     RADT_WINDOW_NOTE,
@@ -40,10 +42,17 @@ from radt.tags import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas as pd
     import pyarrow as pa
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
 
     from radt.analysis.summary import Record
+    from radt.record.runfolder import RunFolder, RunState
+
+log = logging.getLogger(__name__)
 
 METRIC_PREFIX = "radt/"
 """Headline figures in MLflow: ``radt/examples_per_s`` …; never samples."""
@@ -259,3 +268,79 @@ def _clients_of(client, record: Record) -> list[Record] | None:
             return None
         kids.append(kid)
     return kids
+
+
+def summarize(
+    client: MlflowClient,
+    folder: RunFolder,
+    state: RunState,
+    warn: Callable[[str], None] = lambda message: None,
+    samples_path: Path | None = None,
+) -> list[Metric]:
+    """The run's summary, :func:`radt.record.finalize.finish`'s ``summary`` step: the
+    per-key table, the headline metrics and tags.
+
+    Writes ``radt/summary.csv`` (per key: count, mean, min, max; uploaded with
+    the other attachments), adds ``radt.basis``, ``radt.warmup`` and
+    ``radt.window_note`` to the tags set at the end, and returns the headline
+    figures over the run's window as ``radt/<figure>`` metrics (see
+    this module). The samples are read from ``samples_path``
+    (default: the folder's compacted ``samples.parquet``).
+    """
+    from mlflow.entities import Metric
+
+    from radt.analysis.load import KeyFilter, file_pieces
+    from radt.analysis.summary import SUMMARY_KEYS
+
+    # the samples a piece at a time: memory stays flat however long the run was
+    path = samples_path or folder.path / "samples.parquet"
+    table = key_table(file_pieces(path, KeyFilter(None)))
+    if table.num_rows:
+        target = folder.attachments / TABLE_ARTIFACT
+        target.parent.mkdir(parents=True, exist_ok=True)
+        table.to_pandas().to_csv(target, index=False)
+    run = client.get_run(state.run_id)
+    tags = {**run.data.tags, **state.tags}
+    closing = closing_figures(
+        client,
+        state.run_id,
+        state.experiment_id,
+        state.status,
+        tags,
+        file_pieces(path, KeyFilter(SUMMARY_KEYS)),
+        state.started_s,
+        state.ended_s,
+        run.data.metrics.get("examples"),
+        run.data.params,
+    )
+    if closing.problem:
+        warn(f"run {state.run_id}: {closing.problem}; radt.summary computes them from the samples")
+    state.tags.update(closing.tags)
+    when = round((state.ended_s or state.started_s) * 1000)
+    _store_figures(client, run, state, {**tags, **closing.tags}, when, path)
+    return [
+        Metric(METRIC_PREFIX + name, closing.metrics[name], when, 0)
+        for name in HEADLINE
+        if name in closing.metrics and math.isfinite(closing.metrics[name])
+    ]
+
+
+def _store_figures(
+    client: MlflowClient, run: Any, state: RunState, tags: dict, end_ms: int, path: Path
+) -> None:
+    """Store the window figures of the family the run completes (:mod:`radt.analysis.stored`):
+    its own with the tags set at the end, its workload's runs' at once."""
+    from radt.analysis.stored import family_figures
+
+    try:
+        values = family_figures(client, run, state.status, end_ms, tags, path)
+    except Exception as exc:  # noqa: BLE001 - looks then compute them from the samples
+        log.warning(
+            "run %s: window figures not stored (%s: %s)", state.run_id, type(exc).__name__, exc
+        )
+        return
+    for run_id, value in values.items():
+        if run_id == state.run_id:
+            state.tags[RADT_FIGURES] = value
+        else:
+            client.set_tag(run_id, RADT_FIGURES, value)

@@ -32,6 +32,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from radt.analysis.catalog import SAMPLE_FIGURES, WINDOW_FIGURES
+from radt.quantities import (
+    GPU_ENERGY,
+    GPU_MEMORY,
+    GPU_POWER,
+    GPU_SM_ACTIVITY,
+    GPU_UTILISATION,
+    providers_of,
+)
 from radt.tags import RADT_NVML_ENERGY_METHOD
 
 if TYPE_CHECKING:
@@ -41,17 +49,14 @@ if TYPE_CHECKING:
 GAP_FACTOR = 5.0
 """An interval between power samples longer than this many median intervals is not integrated."""
 EXAMPLES_METRIC = "examples"
-ENERGY_LISTENERS = ("nvml", "dcgm")
-POWER_LISTENERS = ("nvml", "dcgm", "smi")
-UTIL_LISTENERS = ("nvml", "smi")
-MEMORY_LISTENERS = ("nvml", "smi")
 SOURCES = {
-    "power_w": POWER_LISTENERS,
-    "util_pct": UTIL_LISTENERS,
-    "smact_ratio": ("dcgm",),
-    "mem_used_mib": MEMORY_LISTENERS,
+    "power_w": GPU_POWER,
+    "util_pct": GPU_UTILISATION,
+    "smact_ratio": GPU_SM_ACTIVITY,
+    "mem_used_mib": GPU_MEMORY,
 }
-"""Per GPU quantity of :data:`radt.analysis.catalog.SAMPLE_FIGURES`, its listeners, best first."""
+"""Per GPU series of :data:`radt.analysis.catalog.SAMPLE_FIGURES`, the quantity it is
+(:mod:`radt.quantities`: which listeners provide it, best first)."""
 FIGURES = WINDOW_FIGURES
 DEVICE_FIGURES = (
     "energy_j",
@@ -171,14 +176,14 @@ def energy_per_gpu(
     total, used, missing = 0.0, {}, []
     for gpu in gpus:
         joules = NAN
-        for listener in ENERGY_LISTENERS:
+        for listener in providers_of(GPU_ENERGY):
             if (listener, gpu, "energy_j") in series:
                 joules = from_counter(*series[listener, gpu, "energy_j"])
                 if math.isfinite(joules):
                     used[gpu] = (listener, "counter")
                     break
         if not math.isfinite(joules):
-            for listener in POWER_LISTENERS:
+            for listener in providers_of(GPU_POWER):
                 if (listener, gpu, "power_w") in series:
                     joules = from_power(*series[listener, gpu, "power_w"])
                     if math.isfinite(joules):

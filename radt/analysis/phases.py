@@ -36,10 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from radt.analysis.figures import (
-    ENERGY_LISTENERS,
     GAP_FACTOR,
     NAN,
-    POWER_LISTENERS,
     device_series,
     energy_method,
 )
@@ -51,6 +49,7 @@ from radt.analysis.load import (
     open_client,
     select_runs,
 )
+from radt.quantities import GPU_ENERGY, GPU_POWER, providers_of
 from radt.tags import MLFLOW_PARENT_RUN_ID
 
 if TYPE_CHECKING:
@@ -176,14 +175,14 @@ def gpu_energy(
     found, used = [], {}
     for gpu in gpus:
         chosen = None
-        for listener in ENERGY_LISTENERS:
+        for listener in providers_of(GPU_ENERGY):
             if (listener, gpu, "energy_j") in series:
                 chosen = Cumulative.from_counter(*series[listener, gpu, "energy_j"])
                 if chosen is not None:
                     used[gpu] = (listener, "counter")
                     break
         if chosen is None:
-            for listener in POWER_LISTENERS:
+            for listener in providers_of(GPU_POWER):
                 if (listener, gpu, "power_w") in series:
                     chosen = Cumulative.from_power(*series[listener, gpu, "power_w"])
                     if chosen is not None:

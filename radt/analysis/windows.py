@@ -52,6 +52,7 @@ from radt.analysis.figures import (
     epoch_seconds,
     sample_figures,
 )
+from radt.quantities import sources
 from radt.tags import RADT_COMMAND_END_S, RADT_COMMAND_START_S, RADT_WARMUP_EPOCHS, RADT_WARMUP_S
 
 if TYPE_CHECKING:
@@ -481,13 +482,13 @@ def energy_between(series: Series, start: float, end: float) -> tuple[float, dic
     return total, used, None
 
 
-def _inside(series: Series, quantity: str, listeners: Sequence[str], start, end) -> dict:
-    """Per GPU, the ``(seconds, values)`` of ``quantity`` from the first listener that has
-    them, in the window."""
+def _inside(series: Series, quantity: str, start, end) -> dict:
+    """Per GPU, the ``(seconds, values)`` of the per-GPU ``quantity`` (:mod:`radt.quantities`)
+    from the first listener that has them, in the window."""
     chosen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for listener in listeners:
+    for listener, series_name in sources(quantity):
         for (source, gpu, name), (seconds, values) in series.items():
-            wanted = source == listener and name == quantity and gpu.startswith("gpu")
+            wanted = source == listener and name == series_name and gpu.startswith("gpu")
             if wanted and gpu not in chosen:
                 inside = (seconds >= start) & (seconds <= end)
                 chosen[gpu] = (seconds[inside], values[inside])
@@ -512,10 +513,7 @@ def window_figures(
         (joules, used), note = all_samples_energy(series), None
     else:
         joules, used, note = energy_between(series, start, end)
-    chosen = {
-        quantity: _inside(series, quantity, listeners, start, end)
-        for quantity, listeners in SOURCES.items()
-    }
+    chosen = {name: _inside(series, quantity, start, end) for name, quantity in SOURCES.items()}
     tree = {}
     for (source, entity, quantity), (seconds, values) in series.items():
         if source == "top" and entity == "proc":

@@ -14,10 +14,10 @@ from importlib.metadata import entry_points
 
 from radt.errors import UsageError
 from radt.listener import Listener, option_problem
+from radt.quantities import GROUP
 
 log = logging.getLogger(__name__)
 
-GROUP = "radt.listeners"
 ALIASES = {"dcgmi": "dcgm", "ps": "top", "free": "top"}
 """The original radT's listener names → the listener that records the same."""
 ALIASES_NOTE = "listener names of the original radT: dcgmi is dcgm; ps and free are parts of top"

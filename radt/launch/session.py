@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from radt.analysis.closing import summarize
 from radt.errors import RadtError
 from radt.launch import environment
-from radt.listener import Listener, PolledListener, RunContext
+from radt.listener import Listener, PolledListener, RunContext, WrappingListener
 from radt.record.decimate import Decimator
 from radt.record.events import EventReceiver
 from radt.record.finalize import finish, save_state
@@ -181,7 +182,10 @@ class RecordedRun:
         What they ask to add to the command's environment is then in :attr:`command_env`.
         """
         for listener in self.listeners:
-            argv = listener.wrap(argv, self.context_for(listener))
+            context = self.context_for(listener)
+            argv = listener.wrap(argv, context)
+            if isinstance(listener, WrappingListener):
+                listener.declare_in_process(context)
         return argv
 
     @property
@@ -287,7 +291,7 @@ class RecordedRun:
             state.pending.remove("metrics")
         save_state(self.folder, state, self.warn)
         try:
-            return finish(self.client, self.folder, self.warn, state)
+            return finish(self.client, self.folder, self.warn, state, summarize=summarize)
         finally:
             self.folder.unlock()  # what is left is `radt sync`'s now
 

@@ -2,14 +2,14 @@
 
 Each step is idempotent and is struck from the run's state once done, so a
 run interrupted anywhere (server down, radT killed) is finished later by
-running the remaining steps again.
+running the remaining steps again. The figures of the ``summary`` step are
+the analysis's: its caller hands them in (:data:`Summarize`), so recording
+imports no analysis.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +37,10 @@ DOING = {
 }
 
 
-log = logging.getLogger(__name__)
+Summarize = Callable[[MlflowClient, RunFolder, RunState, Callable[[str], None], Path], list[Metric]]
+"""The ``summary`` step: (client, folder, state, warn, samples file) → the headline metrics
+to log; it may add tags to ``state.tags`` and files to the folder's attachments
+(:func:`radt.analysis.closing.summarize`)."""
 
 RESEND_ROWS = 1_000_000
 """Spooled samples decimated at once by :func:`resend_metrics`."""
@@ -65,87 +68,6 @@ def resend_metrics(client: MlflowClient, folder: RunFolder, state: RunState) -> 
     return sent + _log_points(client, state.run_id, decimator.flush())
 
 
-def summarize(
-    client: MlflowClient,
-    folder: RunFolder,
-    state: RunState,
-    warn: Callable[[str], None] = lambda message: None,
-    samples_path: Path | None = None,
-) -> list[Metric]:
-    """The run's summary: the per-key table, the headline metrics and tags.
-
-    Writes ``radt/summary.csv`` (per key: count, mean, min, max; uploaded with
-    the other attachments), adds ``radt.basis``, ``radt.warmup`` and
-    ``radt.window_note`` to the tags set at the end, and returns the headline
-    figures over the run's window as ``radt/<figure>`` metrics (see
-    :mod:`radt.analysis.closing`). The samples are read from ``samples_path``
-    (default: the folder's compacted ``samples.parquet``).
-    """
-    from radt.analysis.closing import (
-        HEADLINE,
-        METRIC_PREFIX,
-        TABLE_ARTIFACT,
-        closing_figures,
-        key_table,
-    )
-    from radt.analysis.load import KeyFilter, file_pieces
-    from radt.analysis.summary import SUMMARY_KEYS
-
-    # the samples a piece at a time: memory stays flat however long the run was
-    path = samples_path or folder.path / "samples.parquet"
-    table = key_table(file_pieces(path, KeyFilter(None)))
-    if table.num_rows:
-        target = folder.attachments / TABLE_ARTIFACT
-        target.parent.mkdir(parents=True, exist_ok=True)
-        table.to_pandas().to_csv(target, index=False)
-    run = client.get_run(state.run_id)
-    tags = {**run.data.tags, **state.tags}
-    closing = closing_figures(
-        client,
-        state.run_id,
-        state.experiment_id,
-        state.status,
-        tags,
-        file_pieces(path, KeyFilter(SUMMARY_KEYS)),
-        state.started_s,
-        state.ended_s,
-        run.data.metrics.get("examples"),
-        run.data.params,
-    )
-    if closing.problem:
-        warn(f"run {state.run_id}: {closing.problem}; radt.summary computes them from the samples")
-    state.tags.update(closing.tags)
-    when = round((state.ended_s or state.started_s) * 1000)
-    _store_figures(client, run, state, {**tags, **closing.tags}, when, path)
-    return [
-        Metric(METRIC_PREFIX + name, closing.metrics[name], when, 0)
-        for name in HEADLINE
-        if name in closing.metrics and math.isfinite(closing.metrics[name])
-    ]
-
-
-def _store_figures(
-    client: MlflowClient, run, state: RunState, tags: dict, end_ms: int, path: Path
-) -> None:
-    """Store the window figures of the family the run completes (:mod:`radt.analysis.stored`):
-    its own with the tags set at the end, its workload's runs' at once."""
-    from radt.analysis.stored import family_figures
-    from radt.tags import RADT_FIGURES
-
-    try:
-        values = family_figures(client, run, state.status, end_ms, tags, path)
-    except Exception as exc:  # noqa: BLE001 - looks then compute them from the samples
-        log.warning(
-            "run %s: window figures not stored (%s: %s)", state.run_id, type(exc).__name__, exc
-        )
-        return
-    for run_id, value in values.items():
-        if run_id == state.run_id:
-            state.tags[RADT_FIGURES] = value
-        else:
-            client.set_tag(run_id, RADT_FIGURES, value)
-
-
 def _log_points(client: MlflowClient, run_id: str, points: list[Metric]) -> int:
     for first in range(0, len(points), MAX_BATCH):
         try:
@@ -161,10 +83,13 @@ def finish(
     folder: RunFolder,
     warn: Callable[[str], None],
     state: RunState | None = None,
+    *,
+    summarize: Summarize,
 ) -> bool:
     """Run the run's remaining steps; True when all are done and the folder removed.
 
-    ``state`` is the run's state when the caller holds it (else read from the folder).
+    ``state`` is the run's state when the caller holds it (else read from the folder);
+    ``summarize`` computes the figures of the ``summary`` step.
     A step that fails stops the sequence with one warning; the folder stays for
     ``radt sync``. A step that fails for want of local disk space is left for
     ``radt sync`` too, but the steps after it (the final status) still run.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from radt.record.finalize import finish
+from radt.record.finalize import Summarize, finish
 from radt.record.runfolder import STATE_FILE, DamagedState, RunFolder, RunState, find_folders
 from radt.record.spool import CHUNK_GLOB
 from radt.tags import RADT_STOP_REASON
@@ -40,9 +40,10 @@ def adopt_orphan(folder: RunFolder, state: RunState) -> None:
     folder.save(state)
 
 
-def sync(root: Path) -> int:
+def sync(root: Path, summarize: Summarize) -> int:
     """Upload every unfinished run under ``root``; 0 when all are complete in MLflow.
 
+    ``summarize`` computes each run's summary figures (:func:`radt.record.finalize.finish`).
     A folder another radT process holds (its own radT, or another ``radt sync``) is
     skipped; a damaged one is reported in one line and skipped, and the others go on.
     """
@@ -57,7 +58,7 @@ def sync(root: Path) -> int:
             log.info(_busy(folder))
             continue
         try:
-            incomplete += not _sync_one(folder)
+            incomplete += not _sync_one(folder, summarize)
         finally:
             folder.unlock()
     return 1 if incomplete else 0
@@ -77,7 +78,7 @@ def _busy(folder: RunFolder) -> str:
     )
 
 
-def _sync_one(folder: RunFolder) -> bool:
+def _sync_one(folder: RunFolder, summarize: Summarize) -> bool:
     """Finish one run whose folder's lock is held; True when nothing is left to do."""
     try:
         state = folder.load()
@@ -118,7 +119,7 @@ def _sync_one(folder: RunFolder) -> bool:
             f"{folder.path}"
         )
         return False
-    if finish(client, folder, log.warning, state):
+    if finish(client, folder, log.warning, state, summarize=summarize):
         log.info(f"run {state.run_id} synced ({state.status})")
         return True
     return False

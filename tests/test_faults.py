@@ -755,8 +755,10 @@ def test_a_double_forking_daemon_does_not_outlive_radt(workspace: Workspace):
 WITHOUT_CGROUP = """
 import os, sys
 from pathlib import Path
+from radt.console import install_lines
 from radt.launch import tree
 from radt.launch.child import Child
+install_lines()  # radT's lines on stderr, as the command line prints them
 tree.cgroup_base = lambda: None
 child = Child([sys.executable, "daemonizes.py"], {**os.environ, "RADT_RUN_ID": "r1"},
               Path("out.log"))

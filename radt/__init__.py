@@ -6,6 +6,7 @@ from radt.analysis.frontier import frontier
 from radt.analysis.load import load, load_wide
 from radt.analysis.phases import phases
 from radt.analysis.summary import repeats, summary
+from radt.autologging import autolog
 from radt.listener import Listener, PolledListener, RunContext, Sample, SampleBatch
 from radt.run import log_metric, log_metrics
 from radt.run_api import Run, log_epoch, log_examples, phase, start_window, step
@@ -20,6 +21,7 @@ __all__ = [
     "Sample",
     "SampleBatch",
     "__version__",
+    "autolog",
     "frontier",
     "load",
     "load_wide",

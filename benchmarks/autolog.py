@@ -104,8 +104,8 @@ def train(folder, uri: str, name: str, steps: int) -> dict:
 
 
 NOTES = """Medians over the rounds of the loop's own examples/s (wall clock and per CPU second)
-in the last of three epochs, and their ratio to *own calls*; *radT examples/s*: radT's figure over the run's
-window (epochs 1-3, from the first counted example); *examples*: what radT counted."""
+in the last of three epochs, and their ratio to *own calls*; *radT examples/s*: radT's figure
+over the run's window (from the first counted example); *examples*: what radT counted."""
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ batches from a ``torch.utils.data.DataLoader`` (what ``--autolog`` reads) and an
 batch, run under ``radt -l none`` in every condition:
 
 - *plain*: nothing counts the examples (the floor);
-- *--autolog*: the unmodified loop under ``radt --autolog``;
+- *autolog*: the unmodified loop under ``radt --autolog``;
 - *own calls*: the loop calls ``radt.log_examples(len(x))`` after each step.
 
 The loop times itself (wall clock, and its own CPU time, which the other processes of a busy
@@ -72,7 +72,7 @@ print("RESULT " + json.dumps({"examples_per_s": seen / took, "examples_per_cpu_s
 
 CONDITIONS = {
     "plain": ("plain", []),
-    "--autolog": ("plain", ["--autolog"]),
+    "autolog": ("plain", ["--autolog"]),
     "own calls": ("own", []),
 }
 

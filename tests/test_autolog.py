@@ -19,6 +19,7 @@ COUNTED = re.compile(r"^counted (\d+)$", re.MULTILINE)
 LOOP = """
 import sys, torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
+import radt
 torch.manual_seed(0)
 HOW = sys.argv[1]
 x, y = torch.randn(100, 4), torch.randn(100, 1)
@@ -48,6 +49,10 @@ for epoch in range(2):
             opt.step()
             opt.zero_grad()
         seen += len(xb)
+        if HOW == "own":
+            radt.log_examples(len(xb))
+    if HOW == "own":
+        radt.log_epoch(epoch)
     with torch.no_grad():  # evaluation, twice: under no_grad, and only under eval()
         for xb, yb in val:
             model(xb)
@@ -102,6 +107,22 @@ def test_an_unmodified_dataloader_loop_is_counted(workspace, how):
     assert run.data.tags["radt.examples_source"] == "autolog"
     assert epochs(workspace, run) == [0.0, 1.0]
     assert "--autolog" not in done.stderr  # nothing skipped, nothing said
+
+
+@pytest.mark.slow
+def test_the_scripts_own_count_and_autolog_agree_on_the_window(workspace):
+    """The same training counted by its own calls (without --autolog) and by --autolog: the
+    same examples in all and in the window (from the first epoch's end to the last example)."""
+    from radt.analysis.summary import summary
+
+    workspace.script("loop.py", LOOP)
+    for how, flags in (("own", []), ("tuple", ["--autolog"])):
+        done = workspace.run(["-l", "none", "-n", how, *flags, "loop.py", how], timeout=280)
+        assert done.returncode == 0, done.stderr
+    rows = summary("Default", tracking_uri=workspace.uri).set_index("run_name")
+    assert rows.loc["own", "examples_total"] == rows.loc["tuple", "examples_total"] == 200
+    assert rows.loc["own", "warmup"] == rows.loc["tuple", "warmup"] == "first_epoch"
+    assert rows.loc["own", "examples"] == rows.loc["tuple", "examples"] == 100
 
 
 OWN = """

@@ -8,6 +8,7 @@ from radt.analysis.frontier import frontier
 from radt.analysis.load import load, load_wide
 from radt.analysis.phases import phases
 from radt.analysis.summary import loader_summary, repeats, repeats_summary, summary
+from radt.autologging import autolog
 from radt.listener import Listener, PolledListener, RunContext, Sample, SampleBatch
 from radt.run import log_metric, log_metrics
 from radt.run_api import Run, log_epoch, log_examples, phase, start_window, step
@@ -24,6 +25,7 @@ __all__ = [
     "Sample",
     "SampleBatch",
     "__version__",
+    "autolog",
     "frontier",
     "load",
     "load_wide",

@@ -65,6 +65,12 @@ def launcher_parser() -> argparse.ArgumentParser:
         help="end the command cleanly after N epochs (scripts that call radt.log_epoch)",
     )
     parser.add_argument(
+        "--autolog",
+        action="store_true",
+        help="count examples, steps and epochs of an unmodified PyTorch, Hugging Face Trainer "
+        "or Lightning script (no radt.log_examples needed)",
+    )
+    parser.add_argument(
         "--warmup-epochs",
         metavar="N",
         help="the steady-state window starts after N epochs (default: the first epoch, "
@@ -460,6 +466,7 @@ def run_launcher(argv: list[str]) -> int:
             tracking_uri=args.tracking_uri,
             power_limit_w=args.power_limit,
             max_epochs=args.max_epochs,
+            autolog=args.autolog,
             modes=modes,
             job=inputs,
             workdir=check_mode(args.workdir),
@@ -493,6 +500,7 @@ def run_launcher(argv: list[str]) -> int:
         devices=devices,
         max_time_min=args.max_time,
         max_epochs=args.max_epochs,
+        autolog=args.autolog,
         grace_s=args.grace,
         window_s=args.window,
         tracking_uri=args.tracking_uri,

@@ -11,6 +11,10 @@ small text records (``radt1 <pid> <time> <kind> <value>``, one per line):
   :func:`log_examples` call it includes (or of the epoch / window call);
 - ``epoch``: the epoch just finished, at the time of :func:`log_epoch`;
 - ``window``: a :func:`start_window` mark;
+- ``source``: who counts the process's examples from now on (value = 1 ``autolog``,
+  2 ``callback``, 3 ``script``), sent when that changes: a script's own :func:`log_examples`
+  calls win over a framework callback (:mod:`radt.integrations`), which wins over
+  ``radt --autolog`` (:mod:`radt.autologging`); the winner's count replaces the others';
 - ``phase``: one finished :func:`phase` interval, in a record of six fields,
   ``radt1 <pid> <start> phase <end> <name>`` (the name percent-encoded), sent in batches at most
   once a second and at exit; ``phases_lost``: how many intervals a process had to drop because
@@ -91,6 +95,10 @@ class _Channel:
         self.sock: socket.socket | None = None
         self.max_steps = 0
         """``RADT_MAX_STEPS``: end the script after this many log_examples calls (0: never)."""
+        self.source = 0
+        """Who counts this process's examples (an index of :data:`SOURCES`; 0: nobody yet)."""
+        self.script_epochs = False
+        """Whether the script marks its own epochs (:func:`log_epoch`)."""
 
     def start(self) -> bool:
         """Decide once per process whether radT listens; True when it does."""
@@ -134,6 +142,8 @@ class _Channel:
         self.phase_lines = collections.deque()
         self.phases_lost = 0
         self.phases_sent_t = 0.0
+        self.source = 0
+        self.script_epochs = False
         global _profiler
         _profiler = None  # the parent's profiler is the parent's
 
@@ -218,17 +228,35 @@ def _at_exit() -> None:
             channel.lock.release()
 
 
+SOURCES = ("", "autolog", "callback", "script")
+"""Who counted a process's examples, by rising precedence (the ``source`` record's value)."""
+SCRIPT = SOURCES.index("script")
+
+
 def log_examples(n: int) -> None:
     """Count ``n`` more examples processed (call after each batch; cheap: no system call).
 
     The first call, then the running total at most once a second, reach radT. Under a
     batch-size probe (``RADT_MAX_STEPS=N``, set by a study) the script ends cleanly (status 0)
-    after the N-th call.
+    after the N-th call. The script's own calls replace what ``radt --autolog`` or a framework
+    callback counted in this process.
+    """
+    count_examples(n, SCRIPT)
+
+
+def count_examples(n: int, source: int) -> None:
+    """Count ``n`` more examples on behalf of ``source`` (an index of :data:`SOURCES`).
+
+    A count from a lower source than the process's current one is left out; the first count
+    from a higher one restarts the process's total from it (said in one line when another
+    source had counted).
     """
     channel = _channel
     if not channel.on and (channel.decided or not channel.start()):
         return
     t = time.time()
+    if source != channel.source and not _take_over(channel, source, t):
+        return
     lock = channel.lock
     lock.acquire()  # not a system call unless another thread holds it
     try:
@@ -252,6 +280,42 @@ def log_examples(n: int) -> None:
         sys.exit(0)
 
 
+def _take_over(channel: _Channel, source: int, t: float) -> bool:
+    """``source`` counts from now on when it ranks above the current one; False when it does not."""
+    with channel.lock:
+        if source < channel.source:
+            return False
+        if source == channel.source:
+            return True
+        before = channel.source
+        channel.source = source
+        channel.total = channel.calls = 0
+        channel.sent_t = float("-inf")
+        channel.mark(t, "source", source)
+    if before:
+        print(
+            f"radt: {_SAYS[source]}: what {SOURCES[before]} counted in this process is left out "
+            "(each example is counted once)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return True
+
+
+_SAYS = {
+    2: "a framework callback (radt.integrations) counts the examples",
+    3: "the script counts its own examples (radt.log_examples)",
+}
+
+
+def claim_examples(source: int) -> None:
+    """Let ``source`` count this process's examples from now on, before its first count (a
+    framework callback does so when training begins, so that ``--autolog`` stands down)."""
+    channel = _channel
+    if (channel.on or (not channel.decided and channel.start())) and source != channel.source:
+        _take_over(channel, source, time.time())
+
+
 def _marked(kind: str, value: float | int) -> None:
     channel = _channel
     if not channel.on and not channel.start():
@@ -268,8 +332,15 @@ def log_epoch(epoch: int) -> None:
     """Mark the end of epoch ``epoch`` (0-based, the one just finished), with the count so far.
 
     Under a plan or ``radt --max-epochs N``, the script exits cleanly (status
-    0) once N epochs are done, as the original radT does.
+    0) once N epochs are done, as the original radT does. Once the script marks an epoch itself,
+    ``radt --autolog`` marks none in this process.
     """
+    _channel.script_epochs = True
+    mark_epoch(epoch)
+
+
+def mark_epoch(epoch: int) -> None:
+    """:func:`log_epoch` without claiming the epochs for the script (autolog's and callbacks')."""
     _marked("epoch", int(epoch))
     if not _channel.on:
         return

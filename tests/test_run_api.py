@@ -381,12 +381,13 @@ def test_a_record_radt_could_not_take_goes_with_the_next_send(tmp_path):
     lines = "".join(seen["after"]).splitlines()
     fields = [line.split() for line in lines]
     assert [(f[0], f[1], f[3], f[4]) for f in fields] == [
+        ("radt1", str(seen["pid"]), "source", "3"),  # the script counts its own examples
         ("radt1", str(seen["pid"]), "examples", "5"),
         ("radt1", str(seen["pid"]), "examples", "5"),
         ("radt1", str(seen["pid"]), "epoch", "0"),
     ]
-    first, at_epoch, epoch = (float(f[2]) for f in fields)
-    assert first < at_epoch == epoch
+    source, first, at_epoch, epoch = (float(f[2]) for f in fields)
+    assert source == first < at_epoch == epoch
 
 
 def test_without_radt_every_call_is_a_no_op_after_one_notice(tmp_path):

@@ -42,6 +42,9 @@ from radt.words import count
 
 log = logging.getLogger(__name__)
 
+AUTOLOG_BOOT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "autolog_boot")
+"""The folder of radT's ``sitecustomize`` that starts :func:`radt.autologging.autolog`."""
+
 
 @dataclass
 class LaunchOptions:
@@ -57,6 +60,8 @@ class LaunchOptions:
     devices: list[str] = field(default_factory=list)
     max_time_min: float | None = None
     max_epochs: int | None = None
+    autolog: bool = False
+    """``--autolog``: count examples, steps and epochs without the script's help."""
     grace_s: float = 10.0
     window_s: float = 1.0
     tracking_uri: str | None = None
@@ -117,8 +122,10 @@ def child_env(
     run: RecordedRun,
     devices: list[str],
     max_epochs: int | None = None,
+    autolog: bool = False,
 ) -> dict[str, str]:
-    """The command's environment: the user's, plus how to join the run."""
+    """The command's environment: the user's, plus how to join the run (and, with
+    ``autolog``, radT's bootstrap first on ``PYTHONPATH``: :mod:`radt.autologging`)."""
     env = dict(base)
     env.update(
         MLFLOW_TRACKING_URI=uri,
@@ -132,6 +139,10 @@ def child_env(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     if max_epochs:
         env["RADT_MAX_EPOCHS"] = str(max_epochs)
+    env.pop("RADT_AUTOLOG", None)
+    if autolog:
+        env["RADT_AUTOLOG"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [AUTOLOG_BOOT, env.get("PYTHONPATH")]))
     if run.events is not None:
         env["RADT_EVENTS"] = run.events.variable
     else:
@@ -167,7 +178,7 @@ def launch(options: LaunchOptions) -> int:
         listener_options=options.listener_options,
     )
     log.info(f"run {run.info.run_name} ({run.run_id}) in experiment {experiment}")
-    env = child_env(original_env, uri, run, options.devices, options.max_epochs)
+    env = child_env(original_env, uri, run, options.devices, options.max_epochs, options.autolog)
     child = Child(argv, env, run.output_log)
     supervisor = Supervisor(
         [child],

@@ -282,6 +282,8 @@ class RecordedRun:
         self.stop_sampling()
         if self.events is not None:
             self.events.close()  # every record the command sent, before the recorder closes
+            if self.events.source:
+                self.state.tags["radt.examples_source"] = self.events.source
         self._collect()
         if self._environment is not None:
             self._environment.join(timeout=60)

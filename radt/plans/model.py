@@ -4,8 +4,9 @@ A plan has the original radT's columns (``Experiment, Workload, Status, Run,
 Devices, Collocation, File, Listeners, Params``, plus its optional ``Name``)
 and new ones: ``PowerLimit`` (watts), ``Env`` (``KEY=VALUE ...``), ``Job``
 (what is trained: the baseline a run is compared with), ``WarmupEpochs`` /
-``WarmupS`` (where the run's steady-state window starts) and ``Role``
-(``loader`` marks the workload's shared data loader).
+``WarmupS`` (where the run's steady-state window starts), ``Role``
+(``loader`` marks the workload's shared data loader) and ``Autolog`` (``yes``: the run
+counts its examples as ``radt --autolog`` does).
 Rows with the same Experiment and Workload run together as one workload.
 """
 
@@ -37,6 +38,7 @@ COLUMNS = (
     "WarmupEpochs",
     "WarmupS",
     "Role",
+    "Autolog",
 )
 REQUIRED = ("Experiment", "Workload", "File")
 FINISHED, FAILED = "FINISHED", "FAILED"
@@ -109,6 +111,7 @@ class Row:
     warmup_s: float | None = None  # the WarmupS column
     gpu_clock_mhz: int | None = None  # the GpuClock column: the SM clock to lock, MHz
     role: str = ""  # "loader", "consumer" (a training fed by the loader) or ""
+    autolog: bool = False  # the Autolog column: count examples as `radt --autolog` does
 
     @property
     def command(self) -> list[str]:

@@ -168,6 +168,17 @@ def _optional(column: str, parse: Callable[[str], object]) -> Callable[[str], ob
     return parsed
 
 
+def _parse_autolog(text: str) -> bool:
+    value = clean(text).lower()
+    if value in ("", "no", "false"):
+        return False
+    if value in ("yes", "true"):
+        return True
+    raise ValueError(
+        f"Autolog {clean(text)!r} is not yes or no (yes: count examples as radt --autolog does)"
+    )
+
+
 def _parse_role(text: str) -> str:
     value = clean(text).lower()
     if value not in ("", LOADER, CONSUMER):
@@ -320,6 +331,7 @@ def _build_row(
         warmup_epochs=parsed(_optional("WarmupEpochs", parse_warmup_epochs), "WarmupEpochs"),
         warmup_s=parsed(_optional("WarmupS", parse_warmup_s), "WarmupS"),
         role=parsed(_parse_role, "Role"),
+        autolog=parsed(_parse_autolog, "Autolog"),
     )
     if fields["warmup_epochs"] is not None and fields["warmup_s"] is not None:
         errors.append("give WarmupEpochs or WarmupS, not both")

@@ -84,6 +84,8 @@ class PlanOptions:
     tracking_uri: str | None = None
     power_limit_w: float | None = None
     max_epochs: int | None = None
+    autolog: bool = False
+    """``--autolog``: every row counts its examples as the Autolog column's ``yes`` does."""
     modes: set[str] | None = None
     """Run only workloads whose every row's collocation mode is in this set."""
     job: JobInputs = field(default_factory=JobInputs)
@@ -522,6 +524,7 @@ class WorkloadRunner:
             run,
             [],
             self.options.max_epochs,
+            row.autolog or self.options.autolog,
         )
         env.update(slot.env)
         env.update(self.loader_env)

@@ -13,7 +13,8 @@ radT's extensions, each a list whose product with the parameters is the study:
 ``gpu_clock`` (the SM clock to lock, MHz, or ``default``), ``repeats``, ``loader`` (``own``:
 each training loads its own data; ``shared``: one shared loader, the command ``loader_file``,
 feeds every training of the workload, see
-:mod:`radt.plans.loader`), plus ``job`` (the Job name), ``seed`` (for ``method: random``) and
+:mod:`radt.plans.loader`), plus ``job`` (the Job name), ``seed`` (for ``method: random``),
+``autolog: true`` (every run counts its examples as ``radt --autolog`` does) and
 ``batch_size: {search: max, ...}`` (the largest batch that fits each device slot, searched by
 :mod:`radt.plans.batch`). Every problem is reported, one line each with its key and line,
 before anything starts.
@@ -66,6 +67,7 @@ EXTENSION_KEYS = (
     "loader",
     "loader_file",
     "slurm",
+    "autolog",
 )
 KEYS = ORIGINAL_KEYS + EXTENSION_KEYS
 BATCH_KEYS = ("search", "flag", "min", "max", "power_of_two", "steps", "max_time")
@@ -156,6 +158,8 @@ class Study:
     """The ``gpu_clock`` dimension: MHz to lock, None for the driver's default."""
     status: dict[int, str] = field(default_factory=dict)
     parent: str | None = None
+    autolog: bool = False
+    """``autolog: true``: every run counts its examples as ``radt --autolog`` does."""
     slurm: dict = field(default_factory=dict)
     """The ``slurm:`` block as written (checked by :mod:`radt.slurm.options` with ``--slurm``)."""
     extended: set[str] = field(default_factory=set)
@@ -291,13 +295,17 @@ class _Reader:
         loader_file = self.loader_file(loaders)
         status = self.status()
         parent = self.text("parent") or None
+        autolog = data.get("autolog", False)
+        if not isinstance(autolog, bool):
+            self.problem("autolog", f"{autolog!r} is not true or false")
+            autolog = False
         slurm = data.get("slurm") or {}
         if not isinstance(slurm, dict):
             self.problem("slurm", "a mapping of sbatch options, e.g. partition: gpu")
         extended = {
             key
             for key in EXTENSION_KEYS
-            if key in data and key not in ("job", "seed", "loader_file", "slurm")
+            if key in data and key not in ("job", "seed", "loader_file", "slurm", "autolog")
         }
         if isinstance(data.get("collocation"), list):
             extended.add("collocation")
@@ -323,6 +331,7 @@ class _Reader:
             loader_file=loader_file,
             status=status,
             parent=parent,
+            autolog=autolog,
             slurm=slurm if isinstance(slurm, dict) else {},
             extended=extended,
             lines=self.lines,

@@ -343,6 +343,7 @@ def plan_rows(
                     "Run": old_run if status and old_status == status else "",
                     "Devices": study.devices or "-",
                     "Listeners": study.listeners or "-",
+                    "Autolog": "yes" if study.autolog else "-",
                     **row,
                 }
             )
@@ -365,6 +366,8 @@ def plan_text(study: Study, rows: list[dict[str, str]], searched: bool) -> str:
     if "gpu_clock" in study.extended:
         at = columns.index("PowerLimit") + 1
         columns = (*columns[:at], "GpuClock", *columns[at:])
+    if study.autolog:
+        columns = (*columns, "Autolog")
     lines.append(", ".join(columns))
     for row in rows:
         lines.append(", ".join(_quote(row[column]) for column in columns))

@@ -10,6 +10,10 @@ script's own timestamp:
 - ``script/run/epoch``: the epoch just finished, once per epoch (the first process to report it);
 - ``script/run/window_start``: 1 where ``radt.start_window()`` was called.
 
+``source`` records say who counted each process's examples (the script, ``radt --autolog``
+or a framework callback); :attr:`EventReceiver.source` names it for the run's
+``radt.examples_source`` tag.
+
 Phase intervals (``radt.phase``) are no samples: they go to a
 :class:`radt.record.phases.PhaseWriter`, when the run has one, and end up in the artifact
 ``radt/phases.parquet``. A malformed record is ignored; how many there were is said once, when
@@ -29,6 +33,7 @@ from urllib.parse import unquote
 
 from radt.listener import Emit, Sample
 from radt.record.phases import PhaseWriter
+from radt.run_api import SOURCES
 from radt.words import count
 
 PROTOCOL = "radt1"
@@ -60,6 +65,7 @@ class EventReceiver:
         self._names: dict[str, str] = {}
         self._counts: dict[int, int] = {}
         self._epochs: set[int] = set()
+        self._sources: dict[int, int] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.sock, self.name = _bind(run_id)
@@ -75,6 +81,14 @@ class EventReceiver:
     def examples(self) -> int:
         """The run's cumulative examples so far (sum over its processes)."""
         return sum(self._counts.values())
+
+    @property
+    def source(self) -> str | None:
+        """Who counted the run's examples (``script``, ``callback`` or ``autolog``; the
+        highest-ranked where processes differ), or None when no process said."""
+        ranks = [rank for pid, rank in self._sources.items() if self._counts.get(pid)]
+        ranks = ranks or list(self._sources.values())
+        return SOURCES[max(ranks)] if ranks else None
 
     def close(self) -> None:
         """Stop the thread, take every record still queued, close the socket; safe twice."""
@@ -171,6 +185,12 @@ class EventReceiver:
             return Sample(t, EPOCH_KEY, value)
         if kind == "window":
             return Sample(t, WINDOW_KEY, 1.0)
+        if kind == "source":
+            if value != int(value) or not 0 < value < len(SOURCES):
+                return None
+            self._sources[pid] = int(value)
+            self._counts.pop(pid, None)  # the new source's count replaces the old one's
+            return _SKIP
         if kind == "phases_lost":
             if value < 0 or value != int(value):
                 return None

@@ -1,0 +1,166 @@
+"""One distributed training across two "nodes" on this host is one job run with a node run each
+(issue 21): real torchrun, gloo on 127.0.0.1, each node under its own radT."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, default_signals, kill_quietly, wait_for
+from servers import free_port
+
+from radt.launch import group
+
+TRAIN = REPO / "examples" / "ddp_train.py"
+
+
+def test_group_from_flag_environment_torchrun_and_slurm():
+    torchrun = [
+        "torchrun",
+        "--nnodes=2",
+        "--node_rank",
+        "1",
+        "--rdzv-id",
+        "j7",
+        "train.py",
+        "--node-rank",
+        "5",
+    ]
+    assert group.resolve(None, torchrun, {"RADT_NODE": "b"}) == group.Group("j7", "b", 1, 2)
+    module = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:4", "t.py"]
+    assert group.resolve("g", module, {"RADT_NODE": "a"}) == group.Group("g", "a", 0, 4)
+    assert group.resolve(None, ["python", "train.py"], {}) is None
+    assert group.resolve(None, ["python", "train.py"], {"RADT_GROUP": "x"}).name == "x"
+    slurm = {
+        "SLURM_JOB_ID": "41",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURM_NODEID": "1",
+        "SLURM_PROCID": "1",
+        "SLURMD_NODENAME": "gpu07",
+    }
+    assert group.resolve(None, ["train.py"], slurm) == group.Group("slurm-41.0", "gpu07", 1, 2)
+    one_node = {**slurm, "SLURM_STEP_NUM_NODES": "1", "SLURM_NODEID": "0", "RADT_NODE": "t1"}
+    assert group.resolve(None, ["train.py"], one_node) == group.Group("slurm-41.0", "t1", 1, 2)
+    assert group.resolve(None, ["train.py"], {**slurm, "SLURM_STEP_NUM_TASKS": "1"}) is None
+    with pytest.raises(group.UsageError, match="node rank 'x'"):
+        group.resolve("g", ["train.py"], {"RADT_NODE_RANK": "x"})
+    with pytest.raises(group.UsageError, match="cannot be used"):
+        group.resolve("a b", ["train.py"], {})
+
+
+def start_node(workspace, tmp_path, rank: int, port: int, steps: int = 12, step_s: float = 0.0):
+    """One node's radT running its torchrun (2 ranks); its output goes to ``node<rank>.log``."""
+    env = {**workspace.env, "RADT_NODE": "ab"[rank], "RADT_NODE_RANK": str(rank)}
+    log = (tmp_path / f"node{rank}.log").open("w")
+    argv = workspace.argv(
+        ["-l", "none", "--group", "ddp1", "--", sys.executable, "-m", "torch.distributed.run"]
+        + ["--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "2"]
+        + ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+        + [str(TRAIN), "--steps", str(steps), "--step-s", str(step_s)]
+    )
+    return subprocess.Popen(
+        argv,
+        cwd=workspace.root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=default_signals,
+    )
+
+
+def said(tmp_path, rank: int, text: str) -> bool:
+    return text in (tmp_path / f"node{rank}.log").read_text()
+
+
+def printed_examples(tmp_path, rank: int) -> dict[int, int]:
+    """Each training rank's own count, as it printed it: {rank: examples}."""
+    text = (tmp_path / f"node{rank}.log").read_text()
+    return {int(r): int(n) for r, n in re.findall(r"^rank (\d+) examples (\d+)", text, re.M)}
+
+
+def finish(nodes, timeout: float = 300) -> list[int]:
+    try:
+        return [node.wait(timeout=timeout) for node in nodes]
+    finally:
+        for node in nodes:
+            kill_quietly(node.pid)
+
+
+def job_and_nodes(workspace):
+    runs = workspace.runs()
+    jobs = [r for r in runs if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE]
+    assert len(jobs) == 1, f"expected one job run, found {len(jobs)}"
+    job = jobs[0]
+    nodes = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id]
+    return job, sorted(nodes, key=lambda r: r.data.tags[group.NODE_RANK_TAG])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["rank 0 first", "rank 1 first", "at once"])
+def test_two_nodes_make_one_job_run(workspace, tmp_path, order):
+    port = free_port()
+    first = 1 if order == "rank 1 first" else 0
+    nodes = [start_node(workspace, tmp_path, first, port)]
+    if order == "rank 0 first":
+        wait_for(lambda: said(tmp_path, 0, "created job run"), timeout=120)
+    elif order == "rank 1 first":
+        wait_for(lambda: said(tmp_path, 1, "looks for its job run"), timeout=120)
+    nodes.append(start_node(workspace, tmp_path, 1 - first, port))
+    assert finish(nodes) == [0, 0], [(tmp_path / f"node{k}.log").read_text() for k in (0, 1)]
+
+    job, (a, b) = job_and_nodes(workspace)
+    assert job.info.status == "FINISHED"
+    assert job.data.tags[group.GROUP_TAG] == "ddp1" and job.data.tags[group.NODES_TAG] == "2"
+    assert [a.data.tags[group.NODE_TAG], b.data.tags[group.NODE_TAG]] == ["a", "b"]
+    assert all(n.info.status == "FINISHED" for n in (a, b))
+    client = workspace.client()
+    for rank, node in enumerate((a, b)):
+        ranks = printed_examples(tmp_path, rank)
+        assert len(ranks) == 2
+        history = client.get_metric_history(node.info.run_id, "examples")
+        assert max(m.value for m in history) == sum(ranks.values())
+
+
+@pytest.mark.slow
+def test_a_killed_node_fails_the_job_run_naming_it(workspace, tmp_path):
+    port = free_port()
+    nodes = [start_node(workspace, tmp_path, k, port, steps=100_000, step_s=0.05) for k in (0, 1)]
+    try:
+        wait_for(lambda: "rank 3" in _examples_seen(workspace), timeout=240, interval=0.5)
+        nodes[1].send_signal(signal.SIGTERM)
+        codes = finish(nodes)
+    finally:
+        for node in nodes:
+            kill_quietly(node.pid)
+    assert codes[1] == 143
+    job, (a, b) = job_and_nodes(workspace)
+    assert b.info.status == "KILLED"
+    assert b.data.tags["radt.stop_reason"] == "radT received SIGTERM"
+    assert a.info.status in ("FAILED", "KILLED")  # its ranks lost their peers
+    assert job.info.status == "FAILED"
+    assert job.data.tags["radt.note"].startswith("node b KILLED (radT received SIGTERM)")
+
+
+def _examples_seen(workspace) -> str:
+    """'rank 3' once node b's run has counted examples (its ranks are 2 and 3 and both train)."""
+    runs = [r for r in workspace.runs() if r.data.tags.get(group.NODE_TAG) == "b"]
+    if runs and runs[0].data.metrics.get("examples", 0) > 0:
+        return "rank 3"
+    return ""
+
+
+def test_a_node_without_its_rank_0_fails_in_one_line(workspace):
+    env = {**workspace.env, "RADT_NODE_RANK": "1", "RADT_GROUP_WAIT_S": "1"}
+    done = workspace.run(["-l", "none", "--group", "lonely", "--", "true"], env=env)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("radt: error: node ")
+    assert "found no running job run of group lonely" in last
+    assert "Traceback" not in done.stderr
+    assert workspace.runs() == []

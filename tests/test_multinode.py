@@ -126,6 +126,22 @@ def test_two_nodes_make_one_job_run(workspace, tmp_path, order):
         history = client.get_metric_history(node.info.run_id, "examples")
         assert max(m.value for m in history) == sum(ranks.values())
 
+    printed = {**printed_examples(tmp_path, 0), **printed_examples(tmp_path, 1)}
+    assert sorted(printed) == [0, 1, 2, 3]
+    assert job.data.metrics["examples"] == sum(printed.values())
+    assert job.data.metrics["radt/nodes"] == 2
+    from radt.analysis.summary import summary
+
+    frame = summary("Default", tracking_uri=workspace.uri, cache_dir=tmp_path / "cache")
+    assert list(frame["level"]) == ["job", "node", "node"]
+    job_row, node_rows = frame.iloc[0], frame.iloc[1:]
+    assert job_row["examples_total"] == sum(printed.values())
+    assert job_row["window_start"] == node_rows["window_start"].max()  # the overlap
+    assert job_row["window_end"] == node_rows["window_end"].min()
+    seconds = (job_row["window_end"] - job_row["window_start"]).total_seconds()
+    assert job_row["window_s"] == pytest.approx(seconds, abs=1e-5)
+    assert job_row["examples_per_s"] == pytest.approx(job_row["examples"] / seconds, rel=1e-4)
+
 
 @pytest.mark.slow
 def test_a_killed_node_fails_the_job_run_naming_it(workspace, tmp_path):
@@ -164,3 +180,57 @@ def test_a_node_without_its_rank_0_fails_in_one_line(workspace):
     assert "found no running job run of group lonely" in last
     assert "Traceback" not in done.stderr
     assert workspace.runs() == []
+
+
+def test_job_figures_by_hand():
+    """docs/analysis.md, "Distributed jobs": the worked example."""
+    import math
+
+    import numpy as np
+
+    from radt.analysis.distributed import NodeSamples, job_figures, scaling_efficiency
+    from radt.analysis.windows import Timeline
+
+    def arrays(*pairs):
+        return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], float)
+
+    a = NodeSamples(
+        "a",
+        Timeline(*arrays((100, 50), (110, 150), (130, 350))),
+        {("nvml", "gpu0", "energy_j"): arrays((100, 0), (130, 300))},
+        {"rapl/package0/energy_j": arrays((100, 0), (130, 300))},
+    )
+    b = NodeSamples(
+        "b",
+        Timeline(*arrays((104, 40), (114, 140), (124, 240))),
+        {
+            ("nvml", "gpu0", "energy_j"): arrays((100, 1000), (130, 1300)),
+            ("nvml", "gpu1", "energy_j"): arrays((100, 0), (130, 300)),
+        },
+        {"rapl/package0/energy_j": arrays((100, 0), (130, 150))},
+    )
+    figures, start, end, note = job_figures([a, b])
+    assert (start, end, note) == (104.0, 124.0, None)
+    expected = {
+        "window_s": 20.0,
+        "examples": 400.0,  # a: 290 - 90 (interpolated at 124 and 104), b: 240 - 40
+        "examples_total": 590.0,
+        "examples_per_s": 20.0,
+        "time_per_example_ns": 5e7,
+        "gpus": 3.0,
+        "nodes": 2.0,
+        "examples_per_s_per_gpu": 20 / 3,
+        "energy_j": 600.0,  # 200 J on each of the three GPUs
+        "energy_per_example_nj": 1.5e9,
+        "host_energy_j": 300.0,
+        "host_energy_per_example_nj": 0.75e9,
+    }
+    for name, value in expected.items():
+        assert math.isclose(figures[name], value, rel_tol=1e-9), name
+    assert math.isclose(scaling_efficiency(20 / 3, 8.0), 5 / 6)
+    assert math.isnan(scaling_efficiency(20 / 3, math.nan))
+
+    apart = NodeSamples("c", Timeline(*arrays((140, 0), (150, 100))))
+    figures, _, _, note = job_figures([a, apart])
+    assert note == "the nodes never trained at the same time: no job window"
+    assert math.isnan(figures["examples_per_s"]) and figures["examples_total"] == 450.0

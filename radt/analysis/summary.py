@@ -51,6 +51,7 @@ from radt.analysis.attribution import (
     repeat_methods,
 )
 from radt.analysis.attribution import REPEAT_FIGURES as ATTRIBUTION_REPEATS
+from radt.analysis.distributed import job_rows
 from radt.analysis.figures import (
     DEVICE_FIGURES,
     FIGURES,
@@ -995,6 +996,7 @@ def summary(
     frame = pd.DataFrame(ordered, columns=list(COLUMNS))
     for column in ("start", "end", "window_start", "window_end"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
+    frame = job_rows(frame, by_id)
     if by == "loader":
         return loader_comparison(frame)
     return repeats(frame) if by == "repeats" else frame

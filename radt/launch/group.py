@@ -231,6 +231,12 @@ def end_job_run(client, experiment_id: str, job_run_id: str, expected: int | Non
         if bad:
             named = "; ".join(f"{n.data.tags.get(NODE_TAG, n.info.run_id)} {why(n)}" for n in bad)
             client.set_tag(job_run_id, NOTE_TAG, f"node {named}"[:5000])
+        try:
+            from radt.analysis.distributed import store_job_figures
+
+            store_job_figures(client, job_run_id, nodes)
+        except Exception as exc:  # the job run still ends; its figures are then missing
+            log.warning("job run %s: figures not stored (%s)", job_run_id, exc)
         end_ms = max((n.info.end_time or 0) for n in nodes) or None
         client.set_terminated(job_run_id, status, end_time=end_ms)
         return status

@@ -50,6 +50,8 @@ JOB_FIGURES = (
     "scaling_efficiency",
 )
 """What the job run holds, as metrics ``radt/<figure>`` (``examples_total`` as ``examples``)."""
+JOB_COLUMNS = ("nodes", "gpus", "examples_per_s_per_gpu", "scaling_efficiency")
+"""The summary's columns for job rows only (NaN on every other row)."""
 WINDOW_TAGS = ("radt.window_start_s", "radt.window_end_s")
 BASELINE_TAG = "radt.scaling_baseline"
 NOTE_TAG = "radt.window_note"
@@ -208,9 +210,6 @@ def job_rows(frame: pd.DataFrame, runs: Mapping[str, object]) -> pd.DataFrame:
     row's figures the job run's own (:func:`store_job_figures`)."""
     import pandas as pd
 
-    for name in ("nodes", "gpus", "examples_per_s_per_gpu", "scaling_efficiency"):
-        if name not in frame.columns:
-            frame[name] = NAN
     for index, run_id in frame["run_id"].items():
         run = runs.get(run_id)
         role = run.data.tags.get("radt.group.role") if run is not None else None

@@ -51,7 +51,7 @@ from radt.analysis.attribution import (
     repeat_methods,
 )
 from radt.analysis.attribution import REPEAT_FIGURES as ATTRIBUTION_REPEATS
-from radt.analysis.distributed import job_rows
+from radt.analysis.distributed import JOB_COLUMNS, job_rows
 from radt.analysis.figures import (
     DEVICE_FIGURES,
     FIGURES,
@@ -151,6 +151,7 @@ COLUMNS = (
     "window_note",
     "experiment_id",
     *SLURM_COLUMNS,
+    *JOB_COLUMNS,
 )
 REPEAT_FIGURES = (
     "window_s",

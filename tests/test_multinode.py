@@ -142,6 +142,12 @@ def test_two_nodes_make_one_job_run(workspace, tmp_path, order):
     assert job_row["window_s"] == pytest.approx(seconds, abs=1e-5)
     assert job_row["examples_per_s"] == pytest.approx(job_row["examples"] / seconds, rel=1e-4)
 
+    listed = workspace.run(["runs", "-e", "Default"])
+    assert listed.returncode == 0, listed.stderr
+    lines = [line for line in listed.stdout.splitlines() if job.info.run_id in line]
+    assert len(lines) == 1 and "2 nodes, 0 GPUs" in lines[0]
+    assert a.info.run_id not in listed.stdout and b.info.run_id not in listed.stdout
+
 
 @pytest.mark.slow
 def test_a_killed_node_fails_the_job_run_naming_it(workspace, tmp_path):
@@ -234,3 +240,35 @@ def test_job_figures_by_hand():
     figures, _, _, note = job_figures([a, apart])
     assert note == "the nodes never trained at the same time: no job window"
     assert math.isnan(figures["examples_per_s"]) and figures["examples_total"] == 450.0
+
+
+@pytest.mark.slow
+def test_a_node_whose_radt_dies_is_finished_by_sync_and_fails_the_job(workspace, tmp_path):
+    """Node b's whole machine dies (radT and its training, SIGKILL): node a's record completes,
+    the job run waits for b; `radt sync` finishes b's record and then ends the job run."""
+    import psutil
+
+    port = free_port()
+    nodes = [start_node(workspace, tmp_path, k, port, steps=100_000, step_s=0.05) for k in (0, 1)]
+    try:
+        wait_for(lambda: "rank 3" in _examples_seen(workspace), timeout=240, interval=0.5)
+        training = psutil.Process(nodes[1].pid).children(recursive=True)
+        nodes[1].kill()
+        for process in training:
+            kill_quietly(process.pid)
+        codes = finish(nodes)
+    finally:
+        for node in nodes:
+            kill_quietly(node.pid)
+    assert codes[1] == -signal.SIGKILL
+    job, (a, b) = job_and_nodes(workspace)
+    assert a.info.status != "RUNNING" and b.info.status == "RUNNING"
+    assert job.info.status == "RUNNING"  # b may still end: radt sync finishes it
+
+    synced = workspace.run(["sync"])
+    assert synced.returncode == 0, synced.stderr
+    job, (a, b) = job_and_nodes(workspace)
+    assert b.info.status == "FAILED" and b.data.tags["radt.stop_reason"] == "radT was killed"
+    assert job.info.status == "FAILED"
+    assert "b FAILED (radT was killed)" in job.data.tags["radt.note"]
+    assert f"job run {job.info.run_id} of group ddp1 FAILED" in synced.stderr

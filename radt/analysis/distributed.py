@@ -230,3 +230,19 @@ def job_rows(frame: pd.DataFrame, runs: Mapping[str, object]) -> pd.DataFrame:
         frame.at[index, "basis"] = "examples" if "radt/examples" in metrics else "duration"
         frame.at[index, "window_note"] = run.data.tags.get(NOTE_TAG)
     return frame
+
+
+def one_line_per_job(frame: pd.DataFrame) -> pd.DataFrame:
+    """``radt runs``' view of ``frame``: a distributed job as its job row alone, its
+    configuration its nodes and GPUs (``2 nodes, 8 GPUs``); the node rows left out."""
+    from radt.words import count
+
+    if "level" not in frame or not frame["level"].isin(["job", "node"]).any():
+        return frame
+    frame = frame[frame["level"] != "node"].copy()
+    for index in frame.index[frame["level"] == "job"]:
+        nodes, gpus = frame.at[index, "nodes"], frame.at[index, "gpus"]
+        parts = [count(int(nodes), "node")] if math.isfinite(nodes) else []
+        parts += [count(int(gpus), "GPU")] if math.isfinite(gpus) else []
+        frame.at[index, "configuration"] = ", ".join(parts) or None
+    return frame

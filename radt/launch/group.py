@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from radt.errors import RadtError, UsageError
+from radt.slurm.jobenv import job_tags
 from radt.tracking import store_error
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ WAIT_S = 120.0
 """How long a node of rank > 0 waits for the job run by default (``RADT_GROUP_WAIT_S``)."""
 POLL_S = 0.5
 _NAME = re.compile(r"^[A-Za-z0-9_.:@+/-]{1,250}$")
+_NODE_SLURM_TAGS = ("radt.slurm.node", "radt.slurm.gpus")
+"""Slurm tags of one node, left to the node runs."""
 _TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
@@ -168,15 +171,17 @@ def create_job_run(
     client, uri: str, experiment_id: str, group: Group, tags: Mapping[str, str], run_name: str
 ) -> str:
     """Create the group's job run (the node of rank 0 does); return its id."""
-    job_tags = {
+    slurm = {k: v for k, v in job_tags().items() if k not in _NODE_SLURM_TAGS}
+    job_tags_ = {
+        **slurm,
         **{k: v for k, v in tags.items() if not k.startswith("radt.listeners")},
         GROUP_TAG: group.name,
         ROLE_TAG: JOB_ROLE,
     }
     if group.nodes is not None:
-        job_tags[NODES_TAG] = str(group.nodes)
+        job_tags_[NODES_TAG] = str(group.nodes)
     try:
-        return client.create_run(experiment_id, tags=job_tags, run_name=run_name).info.run_id
+        return client.create_run(experiment_id, tags=job_tags_, run_name=run_name).info.run_id
     except Exception as exc:
         raise store_error(uri, exc, "create the job run") from exc
 
@@ -216,9 +221,11 @@ def end_job_run(client, experiment_id: str, job_run_id: str, expected: int | Non
     """End the job run once every node it expects has ended; return its status, or None while
     a node still runs. Best effort: a store that refuses leaves it to the next node."""
     try:
+        job = client.get_run(job_run_id)
+        if job.info.status != "RUNNING":
+            return job.info.status  # another node ended it
         nodes = node_runs(client, experiment_id, job_run_id)
         if expected is None:
-            job = client.get_run(job_run_id)
             expected = _int(job.data.tags.get(NODES_TAG))
         if len(nodes) < (expected or len(nodes)) or any(
             n.info.status in ("RUNNING", "SCHEDULED") for n in nodes

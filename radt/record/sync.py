@@ -121,8 +121,25 @@ def _sync_one(folder: RunFolder) -> bool:
         return False
     if finish(client, folder, _say, state):
         _say(f"run {state.run_id} synced ({state.status})")
+        _end_job(client, state)
         return True
     return False
+
+
+def _end_job(client, state: RunState) -> None:
+    """A node run of a distributed training, now finished: its job run ends if it was the
+    last node (radt.launch.group)."""
+    from radt.launch import group
+
+    try:
+        tags = client.get_run(state.run_id).data.tags
+    except Exception:
+        return
+    job_run_id = tags.get("mlflow.parentRunId")
+    if tags.get(group.ROLE_TAG) == group.NODE_ROLE and job_run_id:
+        status = group.end_job_run(client, state.experiment_id, job_run_id, None)
+        if status:
+            _say(f"job run {job_run_id} of group {tags.get(group.GROUP_TAG)} {status}")
 
 
 def _with_credentials(uri: str) -> str:

@@ -53,13 +53,24 @@ def test_group_from_flag_environment_torchrun_and_slurm():
         group.resolve("a b", ["train.py"], {})
 
 
-def start_node(workspace, tmp_path, rank: int, port: int, steps: int = 12, step_s: float = 0.0):
+def start_node(
+    workspace,
+    tmp_path,
+    rank: int,
+    port: int,
+    steps: int = 12,
+    step_s: float = 0.0,
+    *,
+    nnodes: int = 2,
+    radt_args: tuple[str, ...] = ("-l", "none", "--group", "ddp1"),
+    env: dict[str, str] | None = None,
+):
     """One node's radT running its torchrun (2 ranks); its output goes to ``node<rank>.log``."""
-    env = {**workspace.env, "RADT_NODE": "ab"[rank], "RADT_NODE_RANK": str(rank)}
+    env = {**(env or workspace.env), "RADT_NODE": "ab"[rank], "RADT_NODE_RANK": str(rank)}
     log = (tmp_path / f"node{rank}.log").open("w")
     argv = workspace.argv(
-        ["-l", "none", "--group", "ddp1", "--", sys.executable, "-m", "torch.distributed.run"]
-        + ["--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "2"]
+        [*radt_args, "--", sys.executable, "-m", "torch.distributed.run"]
+        + ["--nnodes", str(nnodes), "--node-rank", str(rank), "--nproc-per-node", "2"]
         + ["--master-addr", "127.0.0.1", "--master-port", str(port)]
         + [str(TRAIN), "--steps", str(steps), "--step-s", str(step_s)]
     )
@@ -272,3 +283,45 @@ def test_a_node_whose_radt_dies_is_finished_by_sync_and_fails_the_job(workspace,
     assert job.info.status == "FAILED"
     assert "b FAILED (radT was killed)" in job.data.tags["radt.note"]
     assert f"job run {job.info.run_id} of group ddp1 FAILED" in synced.stderr
+
+
+@pytest.mark.slow
+def test_scaling_efficiency_against_the_same_job_on_one_node(workspace, tmp_path):
+    """Each node records one (fake) GPU; the 2-node job's efficiency is its examples/s per GPU
+    over the 1-node job's, which it names."""
+    import os
+
+    from conftest import FAKES
+
+    env = {k: v for k, v in workspace.env.items() if not k.startswith(("FAKE_", "CUDA_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKES / "pynvml"), env["PYTHONPATH"]])
+    common = ("-l", "nvml", "-d", "0", "--interval", "0.1", "--job", "ddp-linear")
+    one = start_node(
+        workspace,
+        tmp_path,
+        0,
+        free_port(),
+        nnodes=1,
+        radt_args=(*common, "--group", "one"),
+        env=env,
+    )
+    assert finish([one]) == [0]
+    port = free_port()
+    nodes = [
+        start_node(workspace, tmp_path, k, port, radt_args=(*common, "--group", "two"), env=env)
+        for k in (0, 1)
+    ]
+    assert finish(nodes) == [0, 0]
+    jobs = {
+        r.data.tags[group.GROUP_TAG]: r
+        for r in workspace.runs()
+        if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE
+    }
+    base, two = jobs["one"].data.metrics, jobs["two"].data.metrics
+    assert (base["radt/gpus"], two["radt/gpus"]) == (1, 2)
+    assert two["radt/examples_per_s_per_gpu"] == pytest.approx(two["radt/examples_per_s"] / 2)
+    assert "radt/scaling_efficiency" not in base  # nothing on fewer nodes
+    assert two["radt/scaling_efficiency"] == pytest.approx(
+        two["radt/examples_per_s_per_gpu"] / base["radt/examples_per_s_per_gpu"]
+    )
+    assert jobs["two"].data.tags["radt.scaling_baseline"] == f"{jobs['one'].info.run_id} (1 node)"

@@ -11,6 +11,7 @@ job run must agree with.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
@@ -48,7 +49,9 @@ def main() -> None:
             first_s = last_s
         radt.log_examples(args.batch_size)
     rate = (examples - args.batch_size) / (last_s - first_s) if last_s > first_s else 0.0
-    print(f"rank {rank} examples {examples} rate {rate:.3f}/s", flush=True)
+    # one write (print writes the newline apart, and the ranks share the output)
+    sys.stdout.write(f"rank {rank} examples {examples} rate {rate:.3f}/s\n")
+    sys.stdout.flush()
     dist.barrier()
     dist.destroy_process_group()
 

@@ -112,6 +112,12 @@ def launcher_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tracking-uri", help="overrides MLFLOW_TRACKING_URI")
     parser.add_argument(
+        "--group",
+        metavar="NAME",
+        help="one node of a distributed training: its job run (default: RADT_GROUP, the Slurm "
+        "step, torchrun's --rdzv-id) holds a run per node",
+    )
+    parser.add_argument(
         "-r",
         "--rerun",
         action="store_true",
@@ -505,6 +511,7 @@ def run_launcher(argv: list[str]) -> int:
         window_s=args.window,
         tracking_uri=args.tracking_uri,
         job=inputs,
+        group=args.group,
     )
     return launch(options)
 

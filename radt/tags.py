@@ -90,6 +90,19 @@ RADT_SLURM_PARTITION = "radt.slurm.partition"
 RADT_SLURM_GPUS = "radt.slurm.gpus"
 RADT_SLURM_STATE = "radt.slurm.state"
 
+# Distributed trainings: a job run and a node run per node (radt.launch.group)
+RADT_GROUP = "radt.group"
+RADT_GROUP_ROLE = "radt.group.role"
+RADT_GROUP_NODES = "radt.group.nodes"
+RADT_NODE = "radt.node"
+RADT_NODE_RANK = "radt.node_rank"
+RADT_WINDOW_START_S = "radt.window_start_s"
+RADT_WINDOW_END_S = "radt.window_end_s"
+RADT_SCALING_BASELINE = "radt.scaling_baseline"
+
+# Who counted the examples: script, autolog or callback (radt.run_api, radt.autologging)
+RADT_EXAMPLES_SOURCE = "radt.examples_source"
+
 # The analysis' figures as stored at a run's end (radt.analysis.closing, .stored)
 RADT_BASIS = "radt.basis"
 RADT_WARMUP = "radt.warmup"

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import FAKES, Workspace, default_signals
@@ -359,3 +362,32 @@ def test_a_node_without_what_the_workload_needs_fails_it_with_the_nodes_reason(w
     assert "listener not available here: smi" in line
     assert "FAILED" in (ws.root / "plan.csv").read_text().splitlines()[1]
     assert not ws.runs("nodes")
+
+
+@pytest.mark.slow
+def test_srun_of_two_radt_tasks_is_one_job_run_from_slurms_variables(ws, slurm):
+    """Issue 21: no --group, no RADT_NODE_RANK: the group is the Slurm step, each task a node."""
+    from servers import free_port
+
+    from radt.launch import group
+
+    train = Path(__file__).resolve().parents[1] / "examples" / "ddp_train.py"
+    torchrun = ws.argv(
+        ["-l", "none", "--", sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
+    )
+    node = (
+        f"RADT_NODE=t$SLURM_PROCID exec {shlex.join(torchrun)} --node-rank $SLURM_PROCID "
+        f"--nproc-per-node 1 --master-addr 127.0.0.1 --master-port {free_port()} "
+        f"{shlex.quote(str(train))} --steps 6"
+    )
+    done = slurm_run(ws, ["srun", "--ntasks=2", "-J", "ddp", "bash", "-c", node], timeout=300)
+    assert done.returncode == 0, done.stderr
+    runs = ws.runs()
+    (job,) = [r for r in runs if r.data.tags.get(group.ROLE_TAG) == "job"]
+    nodes = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id]
+    job_id = job.data.tags["radt.slurm.job_id"]
+    assert job.data.tags[group.GROUP_TAG] == f"slurm-{job_id}.0"
+    assert job.data.tags[group.NODES_TAG] == "2"
+    assert sorted(n.data.tags[group.NODE_TAG] for n in nodes) == ["t0", "t1"]
+    assert sorted(n.data.tags[group.NODE_RANK_TAG] for n in nodes) == ["0", "1"]
+    assert job.info.status == "FINISHED" and job.data.metrics["examples"] == 2 * 6 * 16

@@ -26,7 +26,7 @@ from radt.tags import (
 NOT_TAGS = {
     ("radt/tracking.py", "mlflow.db"): "the store's file name",
     ("radt/tracking.py", "mlflow.store.db.utils"): "MLflow's logger",
-    ("radt/launch/registry.py", "radt.listeners"): "the listeners' entry-point group",
+    ("radt/quantities.py", "radt.listeners"): "the listeners' entry-point group",
     ("radt/record/compact.py", "radt.samples.layout"): "a Parquet metadata key",
     ("radt/record/compact.py", "radt.samples.keys"): "a Parquet metadata key",
     ("radt/analysis/load.py", "radt.source"): "a DataFrame.attrs key",

@@ -291,6 +291,10 @@ def runs_table(frame: pd.DataFrame) -> str:
     """
     import pandas as pd
 
+    from radt.analysis.distributed import one_line_per_job
+
+    frame = one_line_per_job(frame)
+
     from radt.analysis.catalog import CATALOG
 
     shown = [

@@ -53,6 +53,7 @@ from radt.analysis.baselines import (
     baselines_by_job,
 )
 from radt.analysis.catalog import CATALOG
+from radt.analysis.distributed import JOB_COLUMNS, job_rows
 from radt.analysis.figures import (
     NAN,
     device_series,
@@ -163,6 +164,7 @@ COLUMNS = (
     "window_note",
     "experiment_id",
     *SLURM_COLUMNS,
+    *JOB_COLUMNS,
 )
 """The summary's columns: the run's identity, its figures (:data:`radt.analysis.catalog.CATALOG`),
 why any is missing."""
@@ -388,6 +390,7 @@ def summary(
     frame = pd.DataFrame(ordered, columns=list(COLUMNS))
     for column in ("start", "end", "window_start", "window_end"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
+    frame = job_rows(frame, by_id)
     return frame
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import logging
 import os
@@ -10,6 +11,7 @@ import signal
 from dataclasses import dataclass, field
 
 from radt.errors import RadtError
+from radt.launch import group
 from radt.launch.child import Child
 from radt.launch.command import params_from_args, resolve_argv, script_args
 from radt.launch.job import JobInputs
@@ -68,6 +70,8 @@ class LaunchOptions:
     send_timeout_s: float = 30.0
     job: JobInputs = field(default_factory=JobInputs)
     """``--job``, ``--job-ignore`` and the warm-up options."""
+    group: str | None = None
+    """``--group``: the distributed training this command is one node of (radt.launch.group)."""
 
 
 def open_store(explicit_uri: str | None):
@@ -158,26 +162,62 @@ def launch(options: LaunchOptions) -> int:
     client, uri, original_env = open_store(options.tracking_uri)
     exp_id = experiment_id(client, options.experiment)
     experiment = experiment_label(client, exp_id)
-    run = RecordedRun(
-        start_run(
-            client,
-            uri,
-            exp_id,
-            tags={
-                **run_tags(options.command, listeners, options.devices),
-                **options.job.tags(),
-                **options.tags,
-            },
-            params=run_params(options.command),
-            run_name=options.run_name,
-            window_s=options.window_s,
-        ),
-        listeners,
-        interval_s=options.interval_s,
-        devices=options.devices,
-        listener_options=options.listener_options,
-    )
+    tags = {
+        **run_tags(options.command, listeners, options.devices),
+        **options.job.tags(),
+        **options.tags,
+    }
+    node = group.resolve(options.group, options.command)
+    job_run_id = _join(client, uri, exp_id, node, tags, options.run_name) if node else None
+    try:
+        run = RecordedRun(
+            start_run(
+                client,
+                uri,
+                exp_id,
+                tags={**tags, **node.tags()} if node else tags,
+                params=run_params(options.command),
+                run_name=node.node if node else options.run_name,
+                parent_run_id=job_run_id,
+                window_s=options.window_s,
+            ),
+            listeners,
+            interval_s=options.interval_s,
+            devices=options.devices,
+            listener_options=options.listener_options,
+        )
+    except BaseException:
+        if job_run_id and node and node.node_rank == 0:
+            with contextlib.suppress(Exception):
+                client.set_terminated(job_run_id, "FAILED")
+        raise
     log.info(f"run {run.info.run_name} ({run.run_id}) in experiment {experiment}")
+    try:
+        return _supervise(options, argv, uri, original_env, run)
+    finally:
+        if job_run_id:
+            status = group.end_job_run(client, exp_id, job_run_id, node.nodes if node else None)
+            if status:
+                log.info(f"job run {job_run_id} of group {node.name if node else ''} {status}")
+
+
+def _join(client, uri: str, exp_id: str, node: group.Group, tags, run_name) -> str:
+    """The job run this node's run is a child of: created by the node of rank 0, found by the
+    others."""
+    if node.node_rank == 0:
+        job_run_id = group.create_job_run(client, uri, exp_id, node, tags, run_name or node.name)
+        log.info(f"group {node.name}: node {node.node} (rank 0) created job run {job_run_id}")
+    else:
+        log.info(
+            f"group {node.name}: node {node.node} (rank {node.node_rank}) looks for its job run"
+        )
+        job_run_id = group.find_job_run(client, uri, exp_id, node)
+        log.info(f"group {node.name}: node {node.node} joined job run {job_run_id}")
+    return job_run_id
+
+
+def _supervise(options: LaunchOptions, argv: list[str], uri: str, original_env, run) -> int:
+    """Run the command under ``run``'s record; return radT's exit code."""
     env = child_env(original_env, uri, run, options.devices, options.max_epochs, options.autolog)
     child = Child(argv, env, run.output_log)
     supervisor = Supervisor(

@@ -27,7 +27,13 @@ from radt.record.sampler import Sampler
 from radt.record.spool import SpoolWriter
 from radt.record.writer import BatchWriter
 from radt.slurm.jobenv import job_tags
-from radt.tags import MLFLOW_PARENT_RUN_ID, RADT_COMMAND_END_S, RADT_COMMAND_START_S, RADT_NOTE
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_COMMAND_END_S,
+    RADT_COMMAND_START_S,
+    RADT_EXAMPLES_SOURCE,
+    RADT_NOTE,
+)
 from radt.tracking import reason, store_error
 
 log = logging.getLogger(__name__)
@@ -283,7 +289,7 @@ class RecordedRun:
         if self.events is not None:
             self.events.close()  # every record the command sent, before the recorder closes
             if self.events.source:
-                self.state.tags["radt.examples_source"] = self.events.source
+                self.state.tags[RADT_EXAMPLES_SOURCE] = self.events.source
         self._collect()
         if self._environment is not None:
             self._environment.join(timeout=60)

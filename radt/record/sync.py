@@ -13,7 +13,7 @@ import psutil
 from radt.record.finalize import Summarize, finish
 from radt.record.runfolder import STATE_FILE, DamagedState, RunFolder, RunState, find_folders
 from radt.record.spool import CHUNK_GLOB
-from radt.tags import RADT_STOP_REASON
+from radt.tags import MLFLOW_PARENT_RUN_ID, RADT_STOP_REASON
 from radt.tracking import connect, move_credentials, prepare_process_env, sqlite_path, store_label
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,25 @@ def _sync_one(folder: RunFolder, summarize: Summarize) -> bool:
         return False
     if finish(client, folder, log.warning, state, summarize=summarize):
         log.info(f"run {state.run_id} synced ({state.status})")
+        _end_job(client, state)
         return True
     return False
+
+
+def _end_job(client, state: RunState) -> None:
+    """A node run of a distributed training, now finished: its job run ends if it was the
+    last node (radt.launch.group)."""
+    from radt.launch import group
+
+    try:
+        tags = client.get_run(state.run_id).data.tags
+    except Exception:
+        return
+    job_run_id = tags.get(MLFLOW_PARENT_RUN_ID)
+    if tags.get(group.ROLE_TAG) == group.NODE_ROLE and job_run_id:
+        status = group.end_job_run(client, state.experiment_id, job_run_id, None)
+        if status:
+            log.info(f"job run {job_run_id} of group {tags.get(group.GROUP_TAG)} {status}")
 
 
 def _with_credentials(uri: str) -> str:

@@ -1,0 +1,258 @@
+"""The figures of a distributed training's job run, from its node runs (docs/analysis.md,
+"Distributed jobs").
+
+- **job window**: while every node trained: from the latest start to the earliest end of the
+  nodes' own (client) windows;
+- **examples**: summed over every node (each node's count is already summed over its ranks);
+  ``examples_total`` the nodes' final counts, ``examples`` their growth inside the job window;
+- **energy**: the GPU energy of every node's GPUs inside the job window, summed; host energy
+  (RAPL) the same;
+- **per example** and **rate**: as a lone run's, over the job window; ``examples_per_s_per_gpu``
+  the rate over every node's GPUs;
+- **scaling efficiency**: examples/s per GPU over that of the same Job on fewer nodes (its
+  baseline, named in ``radt.scaling_baseline``).
+
+:func:`store_job_figures` computes them once, when the job run ends, and logs them on it
+(``radt/<figure>`` metrics, ``examples``); :func:`job_rows` gives the summary its ``job`` and
+``node`` rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from radt.analysis.figures import NAN
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_GROUP_ROLE,
+    RADT_JOB,
+    RADT_NODE,
+    RADT_SCALING_BASELINE,
+    RADT_WINDOW_END_S,
+    RADT_WINDOW_NOTE,
+    RADT_WINDOW_START_S,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from radt.analysis.windows import Timeline
+
+log = logging.getLogger(__name__)
+
+JOB_FIGURES = (
+    "window_s",
+    "examples",
+    "examples_total",
+    "examples_per_s",
+    "examples_per_s_per_gpu",
+    "time_per_example_ns",
+    "energy_j",
+    "energy_per_example_nj",
+    "host_energy_j",
+    "host_energy_per_example_nj",
+    "nodes",
+    "gpus",
+    "scaling_efficiency",
+)
+"""What the job run holds, as metrics ``radt/<figure>`` (``examples_total`` as ``examples``)."""
+JOB_COLUMNS = ("nodes", "gpus", "examples_per_s_per_gpu", "scaling_efficiency")
+"""The summary's columns for job rows only (NaN on every other row)."""
+WINDOW_TAGS = (RADT_WINDOW_START_S, RADT_WINDOW_END_S)
+BASELINE_TAG = RADT_SCALING_BASELINE
+NOTE_TAG = RADT_WINDOW_NOTE
+
+
+@dataclass(frozen=True)
+class NodeSamples:
+    """What one node run recorded: its progress, its GPUs' series and its RAPL series."""
+
+    name: str
+    timeline: Timeline
+    series: Mapping = field(default_factory=dict)
+    """``(listener, gpu, quantity) → (seconds, values)``, as ``device_series`` gives them."""
+    rapl: Mapping = field(default_factory=dict)
+    """``rapl/<zone>/<quantity> → (seconds, values)``."""
+
+
+def _gpus(series: Mapping) -> int:
+    return len({gpu for (_, gpu, _) in series})
+
+
+def job_figures(nodes: Sequence[NodeSamples]) -> tuple[dict[str, float], float, float, str | None]:
+    """The job's figures from its nodes' samples: ``(figures, window start, end, note)``.
+
+    A figure that cannot be had is NaN, and the note says why.
+    """
+    from radt.analysis.attribution import host_energy
+    from radt.analysis.windows import client_window, counter_increase, energy_between
+
+    figures = dict.fromkeys(JOB_FIGURES, NAN)
+    figures["nodes"] = float(len(nodes))
+    figures["gpus"] = float(sum(_gpus(n.series) for n in nodes))
+    totals = [float(n.timeline.counter.max()) if len(n.timeline.counter) else NAN for n in nodes]
+    figures["examples_total"] = sum(totals) if nodes else NAN
+    windows = [client_window(n.timeline) for n in nodes]
+    if not nodes or not all(w.valid and w.basis == "examples" for w in windows):
+        missing = [n.name for n, w in zip(nodes, windows, strict=True) if not w.valid]
+        return figures, NAN, NAN, f"node {', '.join(missing) or '?'} has no window with examples"
+    start = max(w.start_s for w in windows)
+    end = min(w.end_s for w in windows)
+    if end <= start:
+        return figures, start, end, "the nodes never trained at the same time: no job window"
+    seconds = end - start
+    examples = sum(counter_increase(*n.timeline.counter_points(), start, end) for n in nodes)
+    figures["window_s"] = seconds
+    figures["examples"] = examples
+    notes = []
+    if examples > 0:
+        figures["examples_per_s"] = examples / seconds
+        figures["time_per_example_ns"] = seconds * 1e9 / examples
+        if figures["gpus"] > 0:
+            figures["examples_per_s_per_gpu"] = examples / seconds / figures["gpus"]
+    if figures["gpus"] > 0:
+        energies = [energy_between(n.series, start, end) for n in nodes if n.series]
+        if len(energies) < len(nodes):
+            notes.append("a node recorded no GPU series: GPU energy missing")
+        else:
+            figures["energy_j"] = sum(joules for joules, _, _ in energies)
+            notes += [note for _, _, note in energies if note]
+    hosts = [host_energy(n.rapl, start, end) for n in nodes]
+    if all(math.isfinite(joules) for joules, _ in hosts):
+        figures["host_energy_j"] = sum(joules for joules, _ in hosts)
+    notes += [note for _, note in hosts if note]
+    for energy, per in (
+        ("energy_j", "energy_per_example_nj"),
+        ("host_energy_j", "host_energy_per_example_nj"),
+    ):
+        if math.isfinite(figures[energy]) and examples > 0:
+            figures[per] = figures[energy] * 1e9 / examples
+    return figures, start, end, "; ".join(notes) or None
+
+
+def scaling_efficiency(per_gpu: float, baseline_per_gpu: float) -> float:
+    """Examples/s per GPU of the job over its baseline's (1.0: perfect scaling)."""
+    if not (math.isfinite(per_gpu) and math.isfinite(baseline_per_gpu)) or baseline_per_gpu <= 0:
+        return NAN
+    return per_gpu / baseline_per_gpu
+
+
+def _node_samples(client, run) -> NodeSamples:
+    import pyarrow as pa
+
+    from radt.analysis.attribution import ATTRIBUTION_KEYS, extra_series
+    from radt.analysis.load import KeyFilter, prepare, run_pieces
+    from radt.analysis.summary import SUMMARY_KEYS, run_series
+
+    (plan,) = prepare(client, [run])
+    pieces = list(run_pieces(client, plan, KeyFilter([*SUMMARY_KEYS, *ATTRIBUTION_KEYS])))
+    series, timeline = run_series(pieces, run.data.tags)
+    rapl = extra_series(pa.concat_tables(pieces) if pieces else None)
+    rapl = {k: v for k, v in rapl.items() if k.startswith("rapl/")}
+    name = run.data.tags.get(RADT_NODE, run.info.run_name)
+    return NodeSamples(name, timeline, series, rapl)
+
+
+def _baseline(client, job, nodes: int):
+    """The latest FINISHED job run or lone run of the same ``radt.job`` on fewer nodes."""
+    name = job.data.tags.get(RADT_JOB)
+    if not name:
+        return None
+    quoted = "'" + name.replace("'", "''") + "'"
+    runs = client.search_runs(
+        [job.info.experiment_id],
+        filter_string=f"tags.`radt.job` = {quoted} and attributes.status = 'FINISHED'",
+        order_by=["start_time DESC"],
+    )
+    for run in runs:
+        tags = run.data.tags
+        role = tags.get(RADT_GROUP_ROLE)
+        if role == "node" or run.info.run_id == job.info.run_id:
+            continue
+        if role is None and tags.get(MLFLOW_PARENT_RUN_ID):
+            continue
+        used = int(run.data.metrics.get("radt/nodes", 1))
+        if used < nodes and math.isfinite(run.data.metrics.get("radt/examples_per_s_per_gpu", NAN)):
+            return run
+    return None
+
+
+def store_job_figures(client, job_run_id: str, node_runs: Sequence) -> dict[str, float]:
+    """Compute the job's figures from ``node_runs`` and log them on the job run."""
+    from mlflow.entities import Metric, RunTag
+
+    samples = [_node_samples(client, run) for run in node_runs]
+    figures, start, end, note = job_figures(samples)
+    job = client.get_run(job_run_id)
+    tags = {}
+    baseline = _baseline(client, job, len(samples))
+    if baseline is not None:
+        figures["scaling_efficiency"] = scaling_efficiency(
+            figures["examples_per_s_per_gpu"], baseline.data.metrics["radt/examples_per_s_per_gpu"]
+        )
+        used = int(baseline.data.metrics.get("radt/nodes", 1))
+        tags[BASELINE_TAG] = f"{baseline.info.run_id} ({used} node{'s' * (used != 1)})"
+    if math.isfinite(start) and math.isfinite(end):
+        tags.update({WINDOW_TAGS[0]: f"{start:.6f}", WINDOW_TAGS[1]: f"{end:.6f}"})
+    if note:
+        tags[NOTE_TAG] = note
+    now_ms = int((end if math.isfinite(end) else 0) * 1000) or (job.info.start_time or 0)
+    metrics = [
+        Metric("examples" if name == "examples_total" else f"radt/{name}", value, now_ms, 0)
+        for name, value in figures.items()
+        if math.isfinite(value)
+    ]
+    client.log_batch(
+        job_run_id,
+        metrics=metrics,
+        tags=[RunTag(k, v) for k, v in tags.items()],
+        synchronous=True,
+    )
+    return figures
+
+
+def job_rows(frame: pd.DataFrame, runs: Mapping[str, object]) -> pd.DataFrame:
+    """The summary ``frame`` with ``level`` = job / node for the runs of a group, and each job
+    row's figures the job run's own (:func:`store_job_figures`)."""
+    import pandas as pd
+
+    for index, run_id in frame["run_id"].items():
+        run = runs.get(run_id)
+        role = run.data.tags.get(RADT_GROUP_ROLE) if run is not None else None
+        if role not in ("job", "node"):
+            continue
+        frame.at[index, "level"] = role
+        if role != "job":
+            continue
+        metrics = run.data.metrics
+        for name in JOB_FIGURES:
+            if name in frame.columns:
+                key = "examples" if name == "examples_total" else f"radt/{name}"
+                frame.at[index, name] = metrics.get(key, NAN)
+        start, end = (run.data.tags.get(tag) for tag in WINDOW_TAGS)
+        if start and end:
+            frame.at[index, "window_start"] = pd.Timestamp(float(start), unit="s", tz="UTC")
+            frame.at[index, "window_end"] = pd.Timestamp(float(end), unit="s", tz="UTC")
+        frame.at[index, "basis"] = "examples" if "radt/examples" in metrics else "duration"
+        frame.at[index, "window_note"] = run.data.tags.get(NOTE_TAG)
+    return frame
+
+
+def one_line_per_job(frame: pd.DataFrame) -> pd.DataFrame:
+    """``radt runs``' view of ``frame``: a distributed job as its job row alone, its
+    configuration its nodes and GPUs (``2 nodes, 8 GPUs``); the node rows left out."""
+    from radt.words import count
+
+    if "level" not in frame or not frame["level"].isin(["job", "node"]).any():
+        return frame
+    frame = frame[frame["level"] != "node"].copy()
+    for index in frame.index[frame["level"] == "job"]:
+        nodes, gpus = frame.at[index, "nodes"], frame.at[index, "gpus"]
+        parts = [count(int(nodes), "node")] if math.isfinite(nodes) else []
+        parts += [count(int(gpus), "GPU")] if math.isfinite(gpus) else []
+        frame.at[index, "configuration"] = ", ".join(parts) or None
+    return frame

@@ -1,0 +1,329 @@
+"""One distributed training across two "nodes" on this host is one job run with a node run each
+(issue 21): real torchrun, gloo on 127.0.0.1, each node under its own radT."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from conftest import REPO, default_signals, kill_quietly, wait_for
+from servers import free_port
+
+from radt.launch import group
+
+TRAIN = REPO / "examples" / "ddp_train.py"
+
+
+def test_group_from_flag_environment_torchrun_and_slurm():
+    torchrun = [
+        "torchrun",
+        "--nnodes=2",
+        "--node_rank",
+        "1",
+        "--rdzv-id",
+        "j7",
+        "train.py",
+        "--node-rank",
+        "5",
+    ]
+    assert group.resolve(None, torchrun, {"RADT_NODE": "b"}) == group.Group("j7", "b", 1, 2)
+    module = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:4", "t.py"]
+    assert group.resolve("g", module, {"RADT_NODE": "a"}) == group.Group("g", "a", 0, 4)
+    assert group.resolve(None, ["python", "train.py"], {}) is None
+    assert group.resolve(None, ["python", "train.py"], {"RADT_GROUP": "x"}).name == "x"
+    slurm = {
+        "SLURM_JOB_ID": "41",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURM_NODEID": "1",
+        "SLURM_PROCID": "1",
+        "SLURMD_NODENAME": "gpu07",
+    }
+    assert group.resolve(None, ["train.py"], slurm) == group.Group("slurm-41.0", "gpu07", 1, 2)
+    one_node = {**slurm, "SLURM_STEP_NUM_NODES": "1", "SLURM_NODEID": "0", "RADT_NODE": "t1"}
+    assert group.resolve(None, ["train.py"], one_node) == group.Group("slurm-41.0", "t1", 1, 2)
+    assert group.resolve(None, ["train.py"], {**slurm, "SLURM_STEP_NUM_TASKS": "1"}) is None
+    with pytest.raises(group.UsageError, match="node rank 'x'"):
+        group.resolve("g", ["train.py"], {"RADT_NODE_RANK": "x"})
+    with pytest.raises(group.UsageError, match="cannot be used"):
+        group.resolve("a b", ["train.py"], {})
+
+
+def start_node(
+    workspace,
+    tmp_path,
+    rank: int,
+    port: int,
+    steps: int = 12,
+    step_s: float = 0.0,
+    *,
+    nnodes: int = 2,
+    radt_args: tuple[str, ...] = ("-l", "none", "--group", "ddp1"),
+    env: dict[str, str] | None = None,
+):
+    """One node's radT running its torchrun (2 ranks); its output goes to ``node<rank>.log``."""
+    env = {**(env or workspace.env), "RADT_NODE": "ab"[rank], "RADT_NODE_RANK": str(rank)}
+    log = (tmp_path / f"node{rank}.log").open("w")
+    argv = workspace.argv(
+        [*radt_args, "--", sys.executable, "-m", "torch.distributed.run"]
+        + ["--nnodes", str(nnodes), "--node-rank", str(rank), "--nproc-per-node", "2"]
+        + ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+        + [str(TRAIN), "--steps", str(steps), "--step-s", str(step_s)]
+    )
+    return subprocess.Popen(
+        argv,
+        cwd=workspace.root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=default_signals,
+    )
+
+
+def said(tmp_path, rank: int, text: str) -> bool:
+    return text in (tmp_path / f"node{rank}.log").read_text()
+
+
+def printed_examples(tmp_path, rank: int) -> dict[int, int]:
+    """Each training rank's own count, as it printed it: {rank: examples}."""
+    text = (tmp_path / f"node{rank}.log").read_text()
+    return {int(r): int(n) for r, n in re.findall(r"rank (\d+) examples (\d+) rate", text)}
+
+
+def finish(nodes, timeout: float = 300) -> list[int]:
+    try:
+        return [node.wait(timeout=timeout) for node in nodes]
+    finally:
+        for node in nodes:
+            kill_quietly(node.pid)
+
+
+def job_and_nodes(workspace):
+    runs = workspace.runs()
+    jobs = [r for r in runs if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE]
+    assert len(jobs) == 1, f"expected one job run, found {len(jobs)}"
+    job = jobs[0]
+    nodes = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id]
+    return job, sorted(nodes, key=lambda r: r.data.tags[group.NODE_RANK_TAG])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["rank 0 first", "rank 1 first", "at once"])
+def test_two_nodes_make_one_job_run(workspace, tmp_path, order):
+    port = free_port()
+    first = 1 if order == "rank 1 first" else 0
+    nodes = [start_node(workspace, tmp_path, first, port)]
+    if order == "rank 0 first":
+        wait_for(lambda: said(tmp_path, 0, "created job run"), timeout=120)
+    elif order == "rank 1 first":
+        wait_for(lambda: said(tmp_path, 1, "looks for its job run"), timeout=120)
+    nodes.append(start_node(workspace, tmp_path, 1 - first, port))
+    assert finish(nodes) == [0, 0], [(tmp_path / f"node{k}.log").read_text() for k in (0, 1)]
+
+    job, (a, b) = job_and_nodes(workspace)
+    assert job.info.status == "FINISHED"
+    assert job.data.tags[group.GROUP_TAG] == "ddp1" and job.data.tags[group.NODES_TAG] == "2"
+    assert [a.data.tags[group.NODE_TAG], b.data.tags[group.NODE_TAG]] == ["a", "b"]
+    assert all(n.info.status == "FINISHED" for n in (a, b))
+    client = workspace.client()
+    for rank, node in enumerate((a, b)):
+        ranks = printed_examples(tmp_path, rank)
+        assert len(ranks) == 2
+        history = client.get_metric_history(node.info.run_id, "examples")
+        assert max(m.value for m in history) == sum(ranks.values())
+
+    printed = {**printed_examples(tmp_path, 0), **printed_examples(tmp_path, 1)}
+    assert sorted(printed) == [0, 1, 2, 3]
+    assert job.data.metrics["examples"] == sum(printed.values())
+    assert job.data.metrics["radt/nodes"] == 2
+    from radt.analysis.summary import summary
+
+    frame = summary("Default", tracking_uri=workspace.uri, cache_dir=tmp_path / "cache")
+    assert list(frame["level"]) == ["job", "node", "node"]
+    job_row, node_rows = frame.iloc[0], frame.iloc[1:]
+    assert job_row["examples_total"] == sum(printed.values())
+    microsecond = pd.Timedelta(microseconds=1)  # the job's window is kept in µs
+    assert abs(job_row["window_start"] - node_rows["window_start"].max()) <= microsecond
+    assert abs(job_row["window_end"] - node_rows["window_end"].min()) <= microsecond
+    seconds = (job_row["window_end"] - job_row["window_start"]).total_seconds()
+    assert job_row["window_s"] == pytest.approx(seconds, abs=1e-5)
+    assert job_row["examples_per_s"] == pytest.approx(job_row["examples"] / seconds, rel=1e-4)
+
+    listed = workspace.run(["runs", "-e", "Default"])
+    assert listed.returncode == 0, listed.stderr
+    lines = [line for line in listed.stdout.splitlines() if job.info.run_id in line]
+    assert len(lines) == 1 and "2 nodes, 0 GPUs" in lines[0]
+    assert a.info.run_id not in listed.stdout and b.info.run_id not in listed.stdout
+
+
+@pytest.mark.slow
+def test_a_killed_node_fails_the_job_run_naming_it(workspace, tmp_path):
+    port = free_port()
+    nodes = [start_node(workspace, tmp_path, k, port, steps=100_000, step_s=0.05) for k in (0, 1)]
+    try:
+        wait_for(lambda: "rank 3" in _examples_seen(workspace), timeout=240, interval=0.5)
+        nodes[1].send_signal(signal.SIGTERM)
+        codes = finish(nodes)
+    finally:
+        for node in nodes:
+            kill_quietly(node.pid)
+    assert codes[1] == 143
+    job, (a, b) = job_and_nodes(workspace)
+    assert b.info.status == "KILLED"
+    assert b.data.tags["radt.stop_reason"] == "radT received SIGTERM"
+    assert a.info.status in ("FAILED", "KILLED")  # its ranks lost their peers
+    assert job.info.status == "FAILED"
+    assert job.data.tags["radt.note"].startswith("node b KILLED (radT received SIGTERM)")
+
+
+def _examples_seen(workspace) -> str:
+    """'rank 3' once node b's run has counted examples (its ranks are 2 and 3 and both train)."""
+    runs = [r for r in workspace.runs() if r.data.tags.get(group.NODE_TAG) == "b"]
+    if runs and runs[0].data.metrics.get("examples", 0) > 0:
+        return "rank 3"
+    return ""
+
+
+def test_a_node_without_its_rank_0_fails_in_one_line(workspace):
+    env = {**workspace.env, "RADT_NODE_RANK": "1", "RADT_GROUP_WAIT_S": "1"}
+    done = workspace.run(["-l", "none", "--group", "lonely", "--", "true"], env=env)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("radt: error: node ")
+    assert "found no running job run of group lonely" in last
+    assert "Traceback" not in done.stderr
+    assert workspace.runs() == []
+
+
+def test_job_figures_by_hand():
+    """docs/analysis.md, "Distributed jobs": the worked example."""
+    import math
+
+    import numpy as np
+
+    from radt.analysis.distributed import NodeSamples, job_figures, scaling_efficiency
+    from radt.analysis.windows import Timeline
+
+    def arrays(*pairs):
+        return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], float)
+
+    a = NodeSamples(
+        "a",
+        Timeline(*arrays((100, 50), (110, 150), (130, 350))),
+        {("nvml", "gpu0", "energy_j"): arrays((100, 0), (130, 300))},
+        {"rapl/package0/energy_j": arrays((100, 0), (130, 300))},
+    )
+    b = NodeSamples(
+        "b",
+        Timeline(*arrays((104, 40), (114, 140), (124, 240))),
+        {
+            ("nvml", "gpu0", "energy_j"): arrays((100, 1000), (130, 1300)),
+            ("nvml", "gpu1", "energy_j"): arrays((100, 0), (130, 300)),
+        },
+        {"rapl/package0/energy_j": arrays((100, 0), (130, 150))},
+    )
+    figures, start, end, note = job_figures([a, b])
+    assert (start, end, note) == (104.0, 124.0, None)
+    expected = {
+        "window_s": 20.0,
+        "examples": 400.0,  # a: 290 - 90 (interpolated at 124 and 104), b: 240 - 40
+        "examples_total": 590.0,
+        "examples_per_s": 20.0,
+        "time_per_example_ns": 5e7,
+        "gpus": 3.0,
+        "nodes": 2.0,
+        "examples_per_s_per_gpu": 20 / 3,
+        "energy_j": 600.0,  # 200 J on each of the three GPUs
+        "energy_per_example_nj": 1.5e9,
+        "host_energy_j": 300.0,
+        "host_energy_per_example_nj": 0.75e9,
+    }
+    for name, value in expected.items():
+        assert math.isclose(figures[name], value, rel_tol=1e-9), name
+    assert math.isclose(scaling_efficiency(20 / 3, 8.0), 5 / 6)
+    assert math.isnan(scaling_efficiency(20 / 3, math.nan))
+
+    apart = NodeSamples("c", Timeline(*arrays((140, 0), (150, 100))))
+    figures, _, _, note = job_figures([a, apart])
+    assert note == "the nodes never trained at the same time: no job window"
+    assert math.isnan(figures["examples_per_s"]) and figures["examples_total"] == 450.0
+
+
+@pytest.mark.slow
+def test_a_node_whose_radt_dies_is_finished_by_sync_and_fails_the_job(workspace, tmp_path):
+    """Node b's whole machine dies (radT and its training, SIGKILL): node a's record completes,
+    the job run waits for b; `radt sync` finishes b's record and then ends the job run."""
+    import psutil
+
+    port = free_port()
+    nodes = [start_node(workspace, tmp_path, k, port, steps=100_000, step_s=0.05) for k in (0, 1)]
+    try:
+        wait_for(lambda: "rank 3" in _examples_seen(workspace), timeout=240, interval=0.5)
+        training = psutil.Process(nodes[1].pid).children(recursive=True)
+        nodes[1].kill()
+        for process in training:
+            kill_quietly(process.pid)
+        codes = finish(nodes)
+    finally:
+        for node in nodes:
+            kill_quietly(node.pid)
+    assert codes[1] == -signal.SIGKILL
+    job, (a, b) = job_and_nodes(workspace)
+    assert a.info.status != "RUNNING" and b.info.status == "RUNNING"
+    assert job.info.status == "RUNNING"  # b may still end: radt sync finishes it
+
+    synced = workspace.run(["sync"])
+    assert synced.returncode == 0, synced.stderr
+    job, (a, b) = job_and_nodes(workspace)
+    assert b.info.status == "FAILED" and b.data.tags["radt.stop_reason"] == "radT was killed"
+    assert job.info.status == "FAILED"
+    assert "b FAILED (radT was killed)" in job.data.tags["radt.note"]
+    assert f"job run {job.info.run_id} of group ddp1 FAILED" in synced.stderr
+
+
+@pytest.mark.slow
+def test_scaling_efficiency_against_the_same_job_on_one_node(workspace, tmp_path):
+    """Each node records one (fake) GPU; the 2-node job's efficiency is its examples/s per GPU
+    over the 1-node job's, which it names."""
+    import os
+
+    from conftest import FAKES
+
+    env = {k: v for k, v in workspace.env.items() if not k.startswith(("FAKE_", "CUDA_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKES / "pynvml"), env["PYTHONPATH"]])
+    common = ("-l", "nvml", "-d", "0", "--interval", "0.1", "--job", "ddp-linear")
+    one = start_node(
+        workspace,
+        tmp_path,
+        0,
+        free_port(),
+        nnodes=1,
+        radt_args=(*common, "--group", "one"),
+        env=env,
+    )
+    assert finish([one]) == [0]
+    port = free_port()
+    nodes = [
+        start_node(workspace, tmp_path, k, port, radt_args=(*common, "--group", "two"), env=env)
+        for k in (0, 1)
+    ]
+    assert finish(nodes) == [0, 0]
+    jobs = {
+        r.data.tags[group.GROUP_TAG]: r
+        for r in workspace.runs()
+        if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE
+    }
+    base, two = jobs["one"].data.metrics, jobs["two"].data.metrics
+    assert (base["radt/gpus"], two["radt/gpus"]) == (1, 2)
+    assert two["radt/examples_per_s_per_gpu"] == pytest.approx(two["radt/examples_per_s"] / 2)
+    assert "radt/scaling_efficiency" not in base  # nothing on fewer nodes
+    assert two["radt/scaling_efficiency"] == pytest.approx(
+        two["radt/examples_per_s_per_gpu"] / base["radt/examples_per_s_per_gpu"]
+    )
+    assert jobs["two"].data.tags["radt.scaling_baseline"] == f"{jobs['one'].info.run_id} (1 node)"

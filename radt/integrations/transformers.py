@@ -16,11 +16,12 @@ from typing import Any
 from transformers import TrainerCallback
 
 from radt import run_api
+from radt.integrations import PhaseSteps
 
 CALLBACK = run_api.SOURCES.index("callback")
 
 
-class RadtCallback(TrainerCallback):
+class RadtCallback(PhaseSteps, TrainerCallback):
     """Reports the Trainer's examples, epochs and phases to radT (nothing without radT)."""
 
     def __init__(self) -> None:
@@ -58,12 +59,3 @@ class RadtCallback(TrainerCallback):
         """Send what is counted now."""
         self._leave()
         run_api.flush()
-
-    def _enter(self, name: str) -> None:
-        self._leave()
-        self._phase = run_api.phase(name).__enter__()
-
-    def _leave(self) -> None:
-        if self._phase is not None:
-            self._phase.__exit__(None, None, None)
-            self._phase = None

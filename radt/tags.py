@@ -194,8 +194,10 @@ def parent_id(tags: Mapping[str, str]) -> str | None:
 
 
 def tag_filter(name: str, value: str, op: str = "=") -> str:
-    """An MLflow search filter on tag ``name``: ``tags.`name` op 'value'``."""
-    return f"tags.`{name}` {op} '{value}'"
+    """An MLflow search filter on tag ``name``: ``tags.`name` op 'value'`` (a quote in the
+    value doubled, as MLflow's search syntax reads it)."""
+    quoted = value.replace("'", "''")
+    return f"tags.`{name}` {op} '{quoted}'"
 
 
 def child_order(run: Any) -> tuple:

@@ -120,8 +120,10 @@ def test_measure_records_a_run_on_the_stand_in(stand_in, tmp_path):
     done = stand_in.run(["doctor", "--measure", "--seconds", "5", "--json"], timeout=600)
     assert done.returncode == 0, done.stderr
     values = json.loads(done.stdout)
-    # exact on the stand-in: both ends of the window fall in idle phases
-    assert values["energy_counter_j"] == pytest.approx(756.0, abs=0.01)
+    # exact on the stand-in but for when each reading is stamped: both ends of the window fall
+    # in idle phases, where a reading stamped 1 ms off its counter moves the energy by 0.06 J
+    # (60 W); 0.5 J allows 8 ms of such delay on a loaded machine (a 0.0126 J miss was seen)
+    assert values["energy_counter_j"] == pytest.approx(756.0, abs=0.5)
     assert values["idle_power_w"] == 60.0
     assert values["full_power_w"] == 300.0
     # the averaged reading cannot pass 276 W before 3.824 s (docs/energy.md)

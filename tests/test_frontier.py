@@ -344,7 +344,7 @@ def test_a_frame_without_the_clock_column_is_at_the_default_clock():
 def test_baseline_is_at_the_same_clock_else_the_default():
     from types import SimpleNamespace
 
-    from radt.analysis.summary import choose_baseline
+    from radt.analysis.baselines import choose_baseline
 
     def none_run(run_id, power=None, clock=None):
         return SimpleNamespace(
@@ -370,7 +370,7 @@ def test_baseline_is_at_the_same_clock_else_the_default():
 
 
 def test_compare_page_frontier_names_the_clock_of_each_point():
-    from radt.frontend.figures import config_label, frontier_figure, setting_label
+    from radt.frontend.charts import config_label, frontier_figure, setting_label
 
     figure = frontier_figure(table(CLOCK_ROWS))
     markers = [t.name for t in figure.data if t.mode == "markers"]

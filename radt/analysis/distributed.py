@@ -35,6 +35,7 @@ from radt.tags import (
     RADT_WINDOW_END_S,
     RADT_WINDOW_NOTE,
     RADT_WINDOW_START_S,
+    tag_filter,
 )
 
 if TYPE_CHECKING:
@@ -162,10 +163,9 @@ def _baseline(client, job, nodes: int):
     name = job.data.tags.get(RADT_JOB)
     if not name:
         return None
-    quoted = "'" + name.replace("'", "''") + "'"
     runs = client.search_runs(
         [job.info.experiment_id],
-        filter_string=f"tags.`radt.job` = {quoted} and attributes.status = 'FINISHED'",
+        filter_string=f"{tag_filter(RADT_JOB, name)} and attributes.status = 'FINISHED'",
         order_by=["start_time DESC"],
     )
     for run in runs:

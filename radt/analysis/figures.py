@@ -63,7 +63,6 @@ DEVICE_FIGURES = (
     *(f.name for f in SAMPLE_FIGURES if not f.quantity.startswith("tree:")),
 )
 """The figures of the GPUs (all but the process tree's)."""
-PER_EXAMPLE = ("examples_per_s", "time_per_example_ns", "energy_per_example_nj")
 TREE_KEYS = ("top/proc/rss_mib", "top/proc/cpu_pct")
 """The process-tree series the figures read (memory peak, CPU time)."""
 _GPU = re.compile(r"^gpu\d+$")

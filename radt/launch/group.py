@@ -29,6 +29,7 @@ from pathlib import Path
 from radt.errors import RadtError, UsageError
 from radt.slurm.jobenv import job_tags
 from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
     RADT_EXIT_CODE,
     RADT_GROUP,
     RADT_GROUP_NODES,
@@ -41,6 +42,7 @@ from radt.tags import (
     RADT_SLURM_GPUS,
     RADT_SLURM_NODE,
     RADT_STOP_REASON,
+    tag_filter,
 )
 from radt.tracking import store_error
 
@@ -161,13 +163,9 @@ def resolve(
     return Group(name, node, rank, nodes)
 
 
-def _quoted(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 def _job_filter(name: str) -> str:
     return (
-        f"tags.`{GROUP_TAG}` = {_quoted(name)} and tags.`{ROLE_TAG}` = '{JOB_ROLE}' "
+        f"{tag_filter(GROUP_TAG, name)} and {tag_filter(ROLE_TAG, JOB_ROLE)} "
         "and attributes.status = 'RUNNING'"
     )
 
@@ -176,8 +174,8 @@ def node_runs(client, experiment_id: str, job_run_id: str) -> list:
     """The node runs of the job run ``job_run_id``."""
     return client.search_runs(
         [experiment_id],
-        filter_string=f"tags.`mlflow.parentRunId` = {_quoted(job_run_id)} "
-        f"and tags.`{ROLE_TAG}` = '{NODE_ROLE}'",
+        filter_string=f"{tag_filter(MLFLOW_PARENT_RUN_ID, job_run_id)} "
+        f"and {tag_filter(ROLE_TAG, NODE_ROLE)}",
     )
 
 

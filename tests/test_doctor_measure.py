@@ -136,7 +136,7 @@ def test_measure_records_a_run_on_the_stand_in(stand_in, tmp_path):
     run = stand_in.only_run("radt-doctor")
     assert run.info.status == "FINISHED"
     assert run.data.tags["radt.devices"] == "0"
-    assert run.data.metrics["doctor/energy_counter_j"] == pytest.approx(756.0, abs=0.01)
+    assert run.data.metrics["doctor/energy_counter_j"] == pytest.approx(756.0, abs=0.5)
     client = stand_in.client()
     assert [a.path for a in client.list_artifacts(run.info.run_id, "doctor")] == [
         "doctor/schedule.json"

@@ -193,10 +193,10 @@ def parent_id(tags: Mapping[str, str]) -> str | None:
     return tags.get(MLFLOW_PARENT_RUN_ID) or None
 
 
-def tag_filter(name: str, value: str, op: str = "=") -> str:
-    """An MLflow search filter on tag ``name``: ``tags.`name` op 'value'`` (a quote in the
-    value doubled, as MLflow's search syntax reads it)."""
-    quoted = value.replace("'", "''")
+def tag_filter(name: str, value: object, op: str = "=") -> str:
+    """An MLflow search filter on tag ``name``: ``tags.`name` op 'value'`` (``value`` as text,
+    a quote in it doubled, as MLflow's search syntax reads it)."""
+    quoted = str(value).replace("'", "''")
     return f"tags.`{name}` {op} '{quoted}'"
 
 

@@ -74,6 +74,8 @@ def test_no_product_module_but_radt_tags_spells_a_tag():
 def test_tag_filter_is_mlflows_search_syntax():
     assert tag_filter(MLFLOW_PARENT_RUN_ID, "abc") == "tags.`mlflow.parentRunId` = 'abc'"
     assert tag_filter("radt.probe", "", "!=") == "tags.`radt.probe` != ''"
+    assert tag_filter("radt.slurm.array_task_id", 3) == "tags.`radt.slurm.array_task_id` = '3'"
+    assert tag_filter("radt.job", "it's") == "tags.`radt.job` = 'it''s'"
 
 
 def test_each_kind_of_run_is_told_apart_the_same_way_by_the_analysis_and_the_ui(workspace):

@@ -43,9 +43,11 @@ from radt.listener import (
     GPU_ENERGY,
     GPU_POWER,
     GPU_SM_ACTIVITY,
+    DeviceListener,
     RunContext,
     Sample,
     StreamedListener,
+    per_gpu,
     samples_from,
 )
 from radt.placeholders import number
@@ -131,21 +133,15 @@ def field_list(fields: tuple[int, ...] | list[int]) -> str:
     return ", ".join(f"{fid} {FIELDS[fid][0]}" for fid in fields)
 
 
-class DcgmListener(StreamedListener):
+class DcgmListener(DeviceListener, StreamedListener):
     """Samples ``dcgm/gpu{i}/*`` (and ``…/gi{g}/…`` in MIG mode) from ``dcgmi dmon``."""
 
     name = "dcgm"
-    provides = (
-        (GPU_POWER, "dcgm/gpu*/power_w", 20),
-        (GPU_ENERGY, "dcgm/gpu*/energy_j", 20),
-        (GPU_SM_ACTIVITY, "dcgm/gpu*/smact_ratio", 10),
-    )
+    provides = per_gpu(name, {GPU_POWER: 20, GPU_ENERGY: 20, GPU_SM_ACTIVITY: 10})
     records = (
         "per GPU and MIG instance activity (GRACT, SMACT, SMOCC, tensor, DRAM, "
         "FP64/32/16, PCIe, NVLink), power and energy, from dcgmi dmon"
     )
-    declared_options = ()
-    scope = "device"
     default_interval_s = 0.5
     probe_timeout_s = 10.0
 

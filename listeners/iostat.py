@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from radt.listener import PolledListener, RunContext, Sample, samples_from
+from radt.listener import DeviceListener, PolledListener, RunContext, Sample, samples_from
 
 from ._rates import MIB, MIN_WINDOW_S, rates
 
@@ -66,13 +66,11 @@ def _snapshot(
     }
 
 
-class IostatListener(PolledListener):
+class IostatListener(DeviceListener, PolledListener):
     """Disk and network throughput from psutil's cumulative counters, as rates."""
 
     name = "iostat"
     records = "MiB/s and operations/s of each disk and network interface, and their totals"
-    declared_options = ()
-    scope = "device"
     default_interval_s = 0.5
 
     def __init__(self) -> None:

@@ -201,17 +201,11 @@ class NcuListener(WrappingListener):
         return [*command, *argv]
 
     def collect(self, run: RunContext) -> None:
-        report = self.find_report()
+        report = self.report_or_warn(
+            run,
+            "no kernel profiled, or no access to the GPU performance counters: see radt/output.log",
+        )
         if report is None:
-            hint = (
-                f"; was the NVTX range {self.capture_range!r} ever opened?"
-                if self.capture_range
-                else ""
-            )
-            run.warn(
-                "listener ncu: ncu wrote no report (no kernel profiled, or no access to the "
-                f"GPU performance counters: see radt/output.log{hint})"
-            )
             return
         run.attach(report, ARTIFACT_DIR)
         result = run_tool(

@@ -220,14 +220,8 @@ class NsysListener(WrappingListener):
         return [*command, *argv]
 
     def collect(self, run: RunContext) -> None:
-        report = self.find_report()
+        report = self.report_or_warn(run, "see radt/output.log")
         if report is None:
-            hint = (
-                f" (was the NVTX range {self.capture_range!r} ever opened?)"
-                if self.capture_range
-                else ""
-            )
-            run.warn(f"listener nsys: nsys wrote no report{hint}; see radt/output.log")
             return
         run.attach(report, ARTIFACT_DIR)
         summary, name, failure = self.kernel_summary(report, run)

@@ -31,10 +31,12 @@ from radt.listener import (
     GPU_POWER,
     GPU_POWER_AVERAGED,
     GPU_UTILISATION,
+    DeviceListener,
     Emit,
     PolledListener,
     RunContext,
     Sample,
+    per_gpu,
     samples_from,
 )
 from radt.tags import RADT_NVML_ENERGY_METHOD, RADT_NVML_POWER_SOURCE
@@ -68,24 +70,25 @@ class _Watched:
         return f"gpu{self.device.gpu.index}"
 
 
-class NvmlListener(PolledListener):
+class NvmlListener(DeviceListener, PolledListener):
     """Samples ``nvml/gpu{i}/*``, ``nvml/gpu{i}/mig{k}/*``, ``nvml/gpu{i}/proc{pid}/*``, and
     ``nvml/gpu{i}/proc/*`` (the processes of one run, in that run)."""
 
     name = "nvml"
-    provides = (
-        (GPU_POWER, "nvml/gpu*/power_w", 10),
-        (GPU_POWER_AVERAGED, "nvml/gpu*/power_avg_w", 10),
-        (GPU_ENERGY, "nvml/gpu*/energy_j", 10),
-        (GPU_UTILISATION, "nvml/gpu*/util_pct", 10),
-        (GPU_MEMORY, "nvml/gpu*/mem_used_mib", 10),
+    provides = per_gpu(
+        name,
+        {
+            GPU_POWER: 10,
+            GPU_POWER_AVERAGED: 10,
+            GPU_ENERGY: 10,
+            GPU_UTILISATION: 10,
+            GPU_MEMORY: 10,
+        },
     )
     records = (
         "per GPU power, energy, utilisation, memory, temperature, clocks, power limit and "
         "throttling; MIG devices' and processes' memory; each run's own SM utilisation"
     )
-    declared_options = ()
-    scope = "device"
     default_interval_s = 0.1
 
     def __init__(self) -> None:

@@ -25,7 +25,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from radt.listener import HOST_ENERGY, Option, PolledListener, RunContext, Sample, samples_from
+from radt.listener import (
+    HOST_ENERGY,
+    DeviceListener,
+    Option,
+    PolledListener,
+    RunContext,
+    Sample,
+    samples_from,
+)
 from radt.tags import RADT_RAPL_ZONES
 
 DEFAULT_ROOT = Path("/sys/class/powercap")
@@ -92,7 +100,7 @@ def read_uj(fd: int) -> int:
     return int(os.pread(fd, 32, 0).split()[0])
 
 
-class RaplListener(PolledListener):
+class RaplListener(DeviceListener, PolledListener):
     """Samples ``rapl/<zone>/energy_j`` and ``rapl/<zone>/power_w`` for every readable zone."""
 
     name = "rapl"
@@ -101,7 +109,6 @@ class RaplListener(PolledListener):
     declared_options = (
         Option("root", str, str(DEFAULT_ROOT), "the powercap folder to read the zones from"),
     )
-    scope = "device"
     default_interval_s = 0.1
 
     def __init__(self) -> None:

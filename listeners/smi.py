@@ -28,9 +28,11 @@ from radt.listener import (
     GPU_MEMORY,
     GPU_POWER,
     GPU_UTILISATION,
+    DeviceListener,
     RunContext,
     Sample,
     StreamedListener,
+    per_gpu,
     samples_from,
 )
 from radt.placeholders import number
@@ -88,21 +90,15 @@ def pstate(text: str) -> float | None:
     return None
 
 
-class SmiListener(StreamedListener):
+class SmiListener(DeviceListener, StreamedListener):
     """Samples ``smi/gpu{i}/*`` from ``nvidia-smi --query-gpu … -lms N``."""
 
     name = "smi"
-    provides = (
-        (GPU_POWER, "smi/gpu*/power_w", 30),
-        (GPU_UTILISATION, "smi/gpu*/util_pct", 20),
-        (GPU_MEMORY, "smi/gpu*/mem_used_mib", 20),
-    )
+    provides = per_gpu(name, {GPU_POWER: 30, GPU_UTILISATION: 20, GPU_MEMORY: 20})
     records = (
         "per GPU power, utilisation, memory, temperature, clocks, pstate and power limit, "
         "from nvidia-smi"
     )
-    declared_options = ()
-    scope = "device"
     default_interval_s = 0.5
 
     def __init__(self) -> None:

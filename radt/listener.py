@@ -36,6 +36,7 @@ from radt.quantities import (
     HOST_CPU,
     HOST_ENERGY,
     Provides,
+    per_gpu,
 )
 from radt.tags import capture_tag
 
@@ -52,6 +53,7 @@ __all__ = [
     "HOST_CPU",
     "HOST_ENERGY",
     "Client",
+    "DeviceListener",
     "Listener",
     "Option",
     "PolledListener",
@@ -61,6 +63,7 @@ __all__ = [
     "SampleBatch",
     "StreamedListener",
     "WrappingListener",
+    "per_gpu",
     "samples_from",
 ]
 
@@ -339,6 +342,17 @@ class Listener(ABC):
         return run.interval_s if run.interval_s else self.default_interval_s
 
 
+class DeviceListener(Listener):
+    """A listener that observes GPUs or the host, not one command (``scope = "device"``).
+
+    Named before its kind (``class PowerMeter(DeviceListener, PolledListener)``). It takes
+    no ``-o`` options unless it declares some in ``declared_options``.
+    """
+
+    scope = "device"
+    declared_options: ClassVar[tuple[Option, ...] | None] = ()
+
+
 class PolledListener(Listener):
     """A listener read at a fixed interval by the shared sampler."""
 
@@ -552,6 +566,19 @@ class WrappingListener(Listener):
             if path.is_file():
                 return path
         return None
+
+    def report_or_warn(self, run: RunContext, why: str) -> Path | None:
+        """The report the tool wrote (:meth:`find_report`), or None after a warning that it
+        wrote none: ``why``, and under ``capture=nvtx`` whether the range was ever opened."""
+        report = self.find_report()
+        if report is None:
+            opened = (
+                f"; was the NVTX range {self.capture_range!r} ever opened?"
+                if self.capture_range
+                else ""
+            )
+            run.warn(f"listener {self.name}: {self.tool} wrote no report ({why}{opened})")
+        return report
 
 
 def samples_from(timestamp: float, prefix: str, values: dict[str, float | None]) -> list[Sample]:

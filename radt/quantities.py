@@ -69,6 +69,15 @@ Provides = tuple[str, str, int]
 """What a listener declares it provides: (quantity, key pattern, priority; lower first)."""
 
 
+def per_gpu(listener: str, priorities: dict[str, int]) -> tuple[Provides, ...]:
+    """The declarations of per-GPU quantities recorded as ``LISTENER/gpu{i}/SERIES``: one
+    ``(quantity, "LISTENER/gpu*/SERIES", priority)`` for each ``{quantity: priority}``."""
+    return tuple(
+        (name, f"{listener}/{GPU_ENTITY}/{QUANTITIES[name].series}", priority)
+        for name, priority in priorities.items()
+    )
+
+
 @functools.cache
 def registered() -> tuple[Provides, ...]:
     """The declarations of every listener registered under :data:`GROUP`, loaded once.

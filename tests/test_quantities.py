@@ -20,6 +20,7 @@ from radt.quantities import (
     HOST_ENERGY,
     declared,
     keys_for,
+    per_gpu,
     sources,
 )
 
@@ -84,6 +85,26 @@ def test_keys_for_a_quantity_come_best_source_first():
         "nvml/gpu0/power_w",
         "nvml/gpu1/power_w",
     ]
+
+
+def test_a_device_listener_declares_per_gpu_quantities_by_priority_and_takes_no_options():
+    from radt.listener import DeviceListener, Option, PolledListener
+
+    class Meter(DeviceListener, PolledListener):
+        name = "meter"
+        provides = per_gpu(name, {GPU_POWER: 5, GPU_ENERGY: 7})
+
+        def poll(self):
+            return []
+
+    class Tuned(Meter):
+        declared_options = (Option("rate", float, "1", "how often"),)
+
+    expected = [(GPU_POWER, "meter/gpu*/power_w", 5), (GPU_ENERGY, "meter/gpu*/energy_j", 7)]
+    assert declared(Meter) == expected
+    assert (Meter.scope, Meter.declared_options) == ("device", ())
+    assert (Tuned.scope, [o.name for o in Tuned.declared_options]) == ("device", ["rate"])
+    assert (PolledListener.scope, PolledListener.declared_options) == ("run", None)
 
 
 def test_a_declaration_the_analysis_cannot_read_is_left_out_with_a_reason(caplog):

@@ -185,6 +185,14 @@ def test_plan_resets_the_clock_after_sigint(tmp_path, template_db):
     fake = workload.with_fakes(ws)
     before = workload.someone_else_set_300_w(fake)
     workload.write_plan(ws, CLOCK_PLAN.format(mhz="1095", code=0, sleep=120))
+    interrupt_while_locked(ws, fake)
+    assert fake.state_text() == before
+    assert clock_calls(fake)[-1] == ["-i", "0", "-rgc"]
+
+
+def interrupt_while_locked(ws, fake):
+    """Start the plan in ``ws`` and interrupt it (SIGINT) once run ``a`` runs with the GPU's
+    clock locked at 1095 MHz; radT must exit with 128 + SIGINT."""
     radt = ws.start(["--grace", "2", "plan.csv"])
     pid = None
     try:
@@ -193,8 +201,6 @@ def test_plan_resets_the_clock_after_sigint(tmp_path, template_db):
         radt.send_signal(signal.SIGINT)
         _, err = radt.communicate(timeout=90)
         assert radt.returncode == 128 + signal.SIGINT, err
-        assert fake.state_text() == before
-        assert clock_calls(fake)[-1] == ["-i", "0", "-rgc"]
     finally:
         radt.kill()
         if pid:
@@ -297,17 +303,6 @@ def test_plan_puts_a_lock_from_before_back(tmp_path, template_db, how):
             1095,
         ]
     else:
-        radt = ws.start(["--grace", "2", "plan.csv"])
-        pid = None
-        try:
-            pid = wait_for(lambda: workload.started_pid(ws, "a"), timeout=90)
-            assert json.loads(fake.state_text())["gpus"]["0"]["locked_clocks"] == [1095, 1095]
-            radt.send_signal(signal.SIGINT)
-            _, err = radt.communicate(timeout=90)
-            assert radt.returncode == 128 + signal.SIGINT, err
-        finally:
-            radt.kill()
-            if pid:
-                kill_quietly(pid)
+        interrupt_while_locked(ws, fake)
     assert fake.state_text() == before  # locked at 1410 MHz again, not reset
     assert clock_calls(fake) == [["-i", "0", "-lgc", "1095,1095"], ["-i", "0", "-lgc", "1410,1410"]]

@@ -33,6 +33,24 @@ def template_db(tmp_path_factory) -> Path:
     return path
 
 
+def sqlite_store(root: Path, template_db: Path, patch: pytest.MonkeyPatch):
+    """A fresh SQLite store (a copy of the template) in ``root``, with RADT_HOME
+    ``root/home`` and MLFLOW_TRACKING_URI unset until ``patch`` undoes it; ``(client, uri)``."""
+    from mlflow.tracking import MlflowClient
+
+    shutil.copy(template_db, root / "mlflow.db")
+    patch.setenv("RADT_HOME", str(root / "home"))
+    patch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    return MlflowClient(uri), uri
+
+
+@pytest.fixture
+def store(tmp_path, template_db, monkeypatch):
+    """A fresh SQLite store and radT home in the test's folder; returns ``(client, uri)``."""
+    return sqlite_store(tmp_path, template_db, monkeypatch)
+
+
 def default_signals() -> None:
     """In a child before exec: the stop signals at their defaults, as for a command started
     in the foreground of a terminal, whatever this suite inherited (a suite started with

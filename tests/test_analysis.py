@@ -8,7 +8,6 @@ so every expected figure can be computed by hand.
 from __future__ import annotations
 
 import math
-import shutil
 import sys
 
 import mlflow
@@ -30,17 +29,6 @@ from radt.record.spool import SCHEMA
 T0 = 1_700_000_000.0
 """Start of the synthetic runs (epoch seconds)."""
 COMMAND = "examples/train.py --epochs 1"
-
-
-@pytest.fixture
-def store(tmp_path, template_db, monkeypatch):
-    """A fresh SQLite store and radT home; returns (client, uri)."""
-    db = tmp_path / "mlflow.db"
-    shutil.copy(template_db, db)
-    monkeypatch.setenv("RADT_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    uri = f"sqlite:///{db}"
-    return MlflowClient(uri), uri
 
 
 def samples_frame(points) -> pd.DataFrame:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import io
 import math
-import time
 from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pandas as pd
 import pytest
+import test_windows as windows
 from test_windows import recorded_store, row_of, script
 
 from radt.analysis.attribution import (
@@ -40,8 +40,6 @@ from radt.analysis.attribution import (
 from radt.analysis.export import run_runs, runs_table
 from radt.analysis.summary import COLUMNS, repeats, summary
 from radt.analysis.windows import counter_energy_between, power_energy_between
-from radt.launch.session import RecordedRun, start_run
-from radt.listener import Sample
 
 # --------------------------------------------------------------------------- pure: energy in pieces
 
@@ -245,42 +243,11 @@ def rapl(first, last, package_w=40.0, dram_w=5.0, core_w=30.0):
     return out
 
 
-class Study:
-    """Runs recorded with timestamps counted from ``base`` (epoch seconds)."""
+class Study(windows.Study):
+    """test_windows' study, with lone runs and workloads of the shapes attribution needs."""
 
     def __init__(self, client, uri):
-        self.client, self.uri = client, uri
-        self.exp = client.create_experiment("attribution")
-        self.base = float(math.ceil(time.time()) + 1)
-        self.warnings: list[str] = []
-
-    def run(self, name, samples, tags, parent=None):
-        run = RecordedRun(
-            start_run(
-                self.client,
-                self.uri,
-                self.exp,
-                tags=tags,
-                params={},
-                run_name=name,
-                parent_run_id=parent.run_id if parent else None,
-                warn=self.warnings.append,
-            ),
-            [],
-            warn=self.warnings.append,
-        )
-        run.recorder.emit([Sample(self.base + t, k, v) for t, k, v in samples])
-        return run
-
-    def close(self, run, end_s):
-        assert run.close("FINISHED", 0, ended_s=self.base + end_s), self.warnings
-        return run.run_id
-
-    def command(self, start, end):
-        return {
-            "radt.command_start_s": f"{self.base + start:.6f}",
-            "radt.command_end_s": f"{self.base + end:.6f}",
-        }
+        super().__init__(client, uri, "attribution")
 
     def lone(self, name, samples, command_s):
         tags = {"radt.collocation": "none", "radt.command": "train.py", **self.command(*command_s)}

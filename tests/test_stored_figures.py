@@ -14,7 +14,16 @@ import pandas as pd
 import pytest
 from radt.frontend.pages.runs import COLUMNS as GRID_COLUMNS
 from radt.frontend.pages.runs import grid_columns, grid_rows
-from test_windows import COMMAND, P_ALONE, P_PAIR, Study, gpu, recorded_store, row_of, script
+from test_windows import (
+    COMMAND,
+    Study,
+    gpu,
+    lone_job,
+    pair_job,
+    recorded_store,
+    row_of,
+    script,
+)
 
 import radt.analysis.summary as summary_module
 from radt.analysis.export import run_runs
@@ -28,27 +37,8 @@ def recorded(tmp_path_factory, template_db):
     """A lone run, a collocated pair and a workload of one run, closed by radT."""
     with recorded_store(tmp_path_factory, template_db, "stored") as (client, uri):
         s = Study(client, uri)
-        ids = {
-            "alone": s.lone(
-                "alone",
-                gpu(0.2, 12.6, P_ALONE, 7777.7) + script(2.0, 12.0, 250.0, epochs=(4.0, 8.0, 12.0)),
-                (0.0, 12.5),
-                radt__command=COMMAND,
-            )
-        }
-        ids["pair"], (ids["a"], ids["b"]) = s.workload(
-            "pair",
-            gpu(0.0, 25.0, P_PAIR, 123.4),
-            25.0,
-            [
-                (COMMAND, script(2.0, 20.0, 100.0, epochs=(8.0, 14.0, 20.0)), (0.0, 20.5)),
-                (
-                    f"{COMMAND} --seed 1",
-                    script(3.0, 15.0, 50.0, epochs=(7.0, 11.0, 15.0), count0=32),
-                    (0.0, 15.5),
-                ),
-            ],
-        )
+        ids = {"alone": lone_job(s, "alone", 250.0, 7777.7)}
+        ids["pair"], (ids["a"], ids["b"]) = pair_job(s)
         ids["single"], (ids["only"],) = s.workload(
             "single",
             gpu(0.0, 12.6, 150.0, 0.0),

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
+from conftest import sqlite_store
 
 from radt.analysis.export import run_export, run_runs
 from radt.analysis.summary import (
@@ -292,17 +292,6 @@ P_PAIR = 300.0
 COMMAND = "train.py --epochs 3"
 
 
-@pytest.fixture
-def store(tmp_path, template_db, monkeypatch):
-    """A fresh SQLite store and radT home; returns (client, uri)."""
-    db = tmp_path / "mlflow.db"
-    shutil.copy(template_db, db)
-    monkeypatch.setenv("RADT_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    uri = f"sqlite:///{db}"
-    return MlflowClient(uri), uri
-
-
 def gpu(begin, end, watts, offset, every=0.1):
     """The constant-power GPU stand-in: power P and an energy counter growing at P J/s."""
     times, joules = gpu_counter(begin, end, watts, offset, every)
@@ -329,15 +318,17 @@ class Study:
         self.base = float(math.ceil(time.time()) + 1)  # whole seconds: exact in µs
         self.warnings: list[str] = []
 
-    def tags(self, command_s, **tags):
-        start, end = command_s
+    def command(self, start, end):
+        """The tags of a command that ran from ``start`` to ``end`` s after ``base``."""
         return {
-            **{k.replace("__", "."): v for k, v in tags.items()},
             "radt.command_start_s": f"{self.base + start:.6f}",
             "radt.command_end_s": f"{self.base + end:.6f}",
         }
 
-    def run(self, name, samples, command_s, tags, parent=None, status="FINISHED"):
+    def tags(self, command_s, **tags):
+        return {**{k.replace("__", "."): v for k, v in tags.items()}, **self.command(*command_s)}
+
+    def run(self, name, samples, tags, parent=None):
         run = RecordedRun(
             start_run(
                 self.client,
@@ -361,7 +352,7 @@ class Study:
 
     def lone(self, name, samples, command_s, **tags):
         tags = self.tags(command_s, radt__collocation="none", **tags)
-        return self.close(self.run(name, samples, command_s, tags), command_s[1])
+        return self.close(self.run(name, samples, tags), command_s[1])
 
     def workload(self, name, device, end_s, clients, mode="naive", **tags):
         """``clients``: (command, samples, command_s) each; closed first, as the runner does."""
@@ -371,13 +362,11 @@ class Study:
             "radt.workload_runs": str(len(clients)),
             **{k.replace("__", "."): v for k, v in tags.items()},
         }
-        parent = self.run(name, device, (0.0, end_s), shared)
+        parent = self.run(name, device, shared)
         kids = []
         for letter, (command, samples, command_s) in zip("ABC", clients, strict=False):
             tags = self.tags(command_s, radt__letter=letter, radt__command=command)
-            kids.append(
-                self.run(f"{name}-{letter}", samples, command_s, {**shared, **tags}, parent)
-            )
+            kids.append(self.run(f"{name}-{letter}", samples, {**shared, **tags}, parent))
         ids = [self.close(kid, cs[1]) for kid, (_, _, cs) in zip(kids, clients, strict=True)]
         return self.close(parent, end_s), ids
 
@@ -388,29 +377,21 @@ def row_of(frame, run_id):
     return rows.iloc[0]
 
 
-def build(client, uri):
-    s = Study(client, uri)
-    ids = {}
-    # Two repeats of the job alone. 1: 64 examples at 2 s, then 250/s; epochs end at 4, 8, 12 s:
-    # window 4 → 12 s (8 s), 2000 examples, 4 ms each, 250/s; 200 W × 8 s = 1600 J, 0.8 J each.
-    ids["alone1"] = s.lone(
-        "alone-1",
-        gpu(0.2, 12.6, P_ALONE, 7777.7) + script(2.0, 12.0, 250.0, epochs=(4.0, 8.0, 12.0)),
+def lone_job(s, name, rate, offset):
+    """The job alone at ``P_ALONE``: 64 examples at 2 s, then ``rate``/s, epochs ending at 4,
+    8 and 12 s (window 4 → 12 s); the GPU's energy counter starts at ``offset`` J."""
+    return s.lone(
+        name,
+        gpu(0.2, 12.6, P_ALONE, offset) + script(2.0, 12.0, rate, epochs=(4.0, 8.0, 12.0)),
         (0.0, 12.5),
         radt__command=COMMAND,
     )
-    # 2: 200/s: 1600 examples in 8 s, 5 ms each; 1600 J, 1 J each.
-    ids["alone2"] = s.lone(
-        "alone-2",
-        gpu(0.2, 12.6, P_ALONE, 31.0) + script(2.0, 12.0, 200.0, epochs=(4.0, 8.0, 12.0)),
-        (0.0, 12.5),
-        radt__command=COMMAND,
-    )
-    # The pair at 300 W. A: 100/s, epochs end 8, 14, 20 s: window 8 → 20 s, 1200 examples,
-    # 10 ms each. B (--seed 1, the same job): 50/s, epochs 7, 11, 15 s: window 7 → 15 s,
-    # 400 examples, 20 ms each. Overlap 8 → 15 s: 700 + 350 = 1050 examples, 6.667 ms each,
-    # 150/s; 300 W × 7 s = 2100 J, 2 J each.
-    ids["pair"], (ids["a"], ids["b"]) = s.workload(
+
+
+def pair_job(s):
+    """The workload ``pair`` at ``P_PAIR``: A at 100/s, epochs ending 8, 14, 20 s; B
+    (``--seed 1``) at 50/s, epochs ending 7, 11, 15 s; returns (workload id, (A, B))."""
+    return s.workload(
         "pair",
         gpu(0.0, 25.0, P_PAIR, 123.4),
         25.0,
@@ -423,6 +404,21 @@ def build(client, uri):
             ),
         ],
     )
+
+
+def build(client, uri):
+    s = Study(client, uri)
+    ids = {}
+    # Two repeats of the job alone. 1: 64 examples at 2 s, then 250/s; epochs end at 4, 8, 12 s:
+    # window 4 → 12 s (8 s), 2000 examples, 4 ms each, 250/s; 200 W × 8 s = 1600 J, 0.8 J each.
+    ids["alone1"] = lone_job(s, "alone-1", 250.0, 7777.7)
+    # 2: 200/s: 1600 examples in 8 s, 5 ms each; 1600 J, 1 J each.
+    ids["alone2"] = lone_job(s, "alone-2", 200.0, 31.0)
+    # The pair at 300 W. A: 100/s, epochs end 8, 14, 20 s: window 8 → 20 s, 1200 examples,
+    # 10 ms each. B (--seed 1, the same job): 50/s, epochs 7, 11, 15 s: window 7 → 15 s,
+    # 400 examples, 20 ms each. Overlap 8 → 15 s: 700 + 350 = 1050 examples, 6.667 ms each,
+    # 150/s; 300 W × 7 s = 2100 J, 2 J each.
+    ids["pair"], (ids["a"], ids["b"]) = pair_job(s)
     # A pair that never ran at the same time: no provider figures.
     ids["apart"], (ids["apart_a"], ids["apart_b"]) = s.workload(
         "apart",
@@ -464,15 +460,10 @@ def build(client, uri):
 
 @contextlib.contextmanager
 def recorded_store(tmp_path_factory, template_db, name: str):
-    """A fresh SQLite store (a copy of the template) in a folder of its own, with RADT_HOME
-    there and MLFLOW_TRACKING_URI unset while it is in use; yields ``(client, uri)``."""
-    root = tmp_path_factory.mktemp(name)
-    shutil.copy(template_db, root / "mlflow.db")
+    """:func:`conftest.sqlite_store` in a folder of its own, while it is in use (for a
+    module's fixture); yields ``(client, uri)``."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RADT_HOME", str(root / "home"))
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
-        uri = f"sqlite:///{root / 'mlflow.db'}"
-        yield MlflowClient(uri), uri
+        yield sqlite_store(tmp_path_factory.mktemp(name), template_db, patch)
 
 
 @pytest.fixture(scope="module")
@@ -688,19 +679,17 @@ def loader_workload(s, name, clients_pct, loader_pct=None):
         "radt.loader": "own" if loader_pct is None else "shared",
         "radt.job": LOADER_JOB,
     }
-    parent = s.run(name, gpu(0.0, 22.0, P_PAIR, 0.0), (0.0, 22.0), shared)
+    parent = s.run(name, gpu(0.0, 22.0, P_PAIR, 0.0), shared)
     role = {} if loader_pct is None else {"radt__role": "consumer"}
     kids = []
     for letter, pct in zip("AB", clients_pct, strict=True):
         tags = s.tags((0.0, 20.5), radt__letter=letter, radt__command=COMMAND, **role)
         samples = script(2.0, 20.0, 100.0, epochs=(8.0, 14.0, 20.0)) + top(0.5, 20.5, pct)
-        run = s.run(f"{name}-{letter}", samples, (0.0, 20.5), {**shared, **tags}, parent)
+        run = s.run(f"{name}-{letter}", samples, {**shared, **tags}, parent)
         kids.append((run, 20.5))
     if loader_pct is not None:
         tags = s.tags((0.0, 21.0), radt__letter="L", radt__command="loader.py", radt__role="loader")
-        run = s.run(
-            f"{name}-L", top(0.5, 21.0, loader_pct), (0.0, 21.0), {**shared, **tags}, parent
-        )
+        run = s.run(f"{name}-L", top(0.5, 21.0, loader_pct), {**shared, **tags}, parent)
         kids.append((run, 21.0))
     ids = [s.close(run, end) for run, end in kids]
     return s.close(parent, 22.0), ids
@@ -788,11 +777,11 @@ def test_figures_missing_for_want_of_a_gpu_listener_say_so_in_the_notes(store, c
     s = Study(client, uri, "cpu-only")
     lone = s.lone("alone", script(2.0, 12.0, 250.0, epochs=(4.0, 8.0, 12.0)), (0.0, 12.5))
     shared = {"radt.workload": "w", "radt.collocation": "naive", "radt.workload_runs": "2"}
-    parent = s.run("w", [], (0.0, 22.0), shared)
+    parent = s.run("w", [], shared)
     for letter in "AB":
         tags = s.tags((0.0, 20.5), radt__letter=letter, radt__command=COMMAND)
         samples = script(2.0, 20.0, 100.0, epochs=(8.0, 14.0, 20.0)) + top(0.5, 20.5, 100.0)
-        s.close(s.run(f"w-{letter}", samples, (0.0, 20.5), {**shared, **tags}, parent), 20.5)
+        s.close(s.run(f"w-{letter}", samples, {**shared, **tags}, parent), 20.5)
     workload = s.close(parent, 22.0)
     frame = summary("cpu-only", tracking_uri=uri)
     assert len(frame) == 4 and frame["energy_j"].isna().all()
@@ -811,12 +800,12 @@ def test_a_workload_whose_run_has_no_cpu_samples_has_its_cpu_missing_with_the_re
     client, uri = store
     s = Study(client, uri, "blind")
     shared = {"radt.workload": "w", "radt.collocation": "naive", "radt.workload_runs": "2"}
-    parent = s.run("w", gpu(0.0, 22.0, P_PAIR, 0.0), (0.0, 22.0), shared)
+    parent = s.run("w", gpu(0.0, 22.0, P_PAIR, 0.0), shared)
     kids = []
     for letter, cpu in (("A", top(0.5, 20.5, 100.0)), ("B", [])):
         tags = s.tags((0.0, 20.5), radt__letter=letter, radt__command=COMMAND)
         samples = script(2.0, 20.0, 100.0, epochs=(8.0, 14.0, 20.0)) + cpu
-        kids.append(s.run(f"w-{letter}", samples, (0.0, 20.5), {**shared, **tags}, parent))
+        kids.append(s.run(f"w-{letter}", samples, {**shared, **tags}, parent))
     ids = [s.close(kid, 20.5) for kid in kids]
     workload = s.close(parent, 22.0)
     frame = summary("blind", tracking_uri=uri)

@@ -181,3 +181,27 @@ def test_nodes_share_their_jobs_time_axis_so_a_lag_shows():
     }
     assert fig.layout.xaxis.title.text == "seconds since the run started (a node's: its job's)"
     assert labels["j"].label == "ddp (job)" and labels["a"].label == "node a"
+
+
+def test_scaling_efficiency_shows_when_a_job_has_one_and_names_its_baseline():
+    from radt.analysis.summary import COLUMNS
+
+    frame = pd.DataFrame(
+        [
+            {"level": "job", "run_id": "j2", "run_name": "two", "nodes": 2.0, "gpus": 2.0},
+            {"level": "node", "run_id": "n1", "run_name": "a", "parent_run_id": "j2"},
+        ],
+        columns=list(COLUMNS),
+    )
+    rows = grid_rows(frame, {"j2": "j1 (1 node)"})
+    shown = {c["field"] for c in grid_columns(rows) if not c.get("hide")}
+    assert "scaling_efficiency" not in shown and rows[0]["scaling_baseline"] == "j1 (1 node)"
+    frame.loc[0, "scaling_efficiency"] = 5 / 6  # docs/analysis.md's worked example: 6.667 / 8
+    rows = grid_rows(frame, {"j2": "j1 (1 node)"})
+    (column,) = [c for c in grid_columns(rows) if c["field"] == "scaling_efficiency"]
+    assert not column.get("hide") and rows[0]["scaling_efficiency"] == pytest.approx(0.8333, 1e-4)
+    assert (
+        "'examples/s per GPU over that of ' + params.data.scaling_baseline"
+        in (column["tooltipValueGetter"]["function"])
+    )
+    assert "scaling_baseline" not in rows[1]  # a node has none

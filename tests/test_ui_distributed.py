@@ -115,6 +115,7 @@ def test_grid_shows_the_job_with_its_figures_and_its_nodes_beneath(job):
     assert job_row["run_id"] == job.job_id
     assert (a["run_id"], b["run_id"]) == (job.nodes["a"], job.nodes["b"])
     assert (job_row["nodes"], job_row["gpus"]) == (2, 2)  # one constpower GPU on each node
+    assert job_row["configuration"] == "2 nodes, 2 GPUs"  # as `radt runs` says it
     assert job_row["examples_total"] == 2 * STEPS * BATCH  # every node's count, summed
     assert job_row["examples_per_s"] > 0
     assert job_row["examples_per_s_per_gpu"] == pytest.approx(job_row["examples_per_s"] / 2)
@@ -194,6 +195,7 @@ def test_scaling_efficiency_shows_when_a_job_has_one_and_names_its_baseline():
         columns=list(COLUMNS),
     )
     rows = grid_rows(frame, {"j2": "j1 (1 node)"})
+    assert rows[0]["configuration"] == "2 nodes, 2 GPUs"
     shown = {c["field"] for c in grid_columns(rows) if not c.get("hide")}
     assert "scaling_efficiency" not in shown and rows[0]["scaling_baseline"] == "j1 (1 node)"
     frame.loc[0, "scaling_efficiency"] = 5 / 6  # docs/analysis.md's worked example: 6.667 / 8

@@ -238,6 +238,12 @@ def grid_rows(frame: pd.DataFrame, baselines: Mapping[str, str] | None = None) -
     """Rows of the runs grid from a ``radt.summary`` frame (each workload before its clients,
     each distributed job before its nodes, whose runs are named by their node);
     ``baselines``: the scaling baseline of each job run (:meth:`Store.scaling_baselines`)."""
+    from radt.analysis.distributed import one_line_per_job
+
+    # a job's configuration as `radt runs` words it (the column may hold no text yet)
+    lines = one_line_per_job(frame.astype({"configuration": object}))
+    jobs = lines.loc[lines["level"] == "job"] if "level" in lines else lines.iloc[:0]
+    configurations = dict(zip(jobs["run_id"], jobs["configuration"], strict=True))
     rows = []
     for record in frame.to_dict("records"):
         row = {key: _cell(value) for key, value in record.items()}
@@ -245,8 +251,10 @@ def grid_rows(frame: pd.DataFrame, baselines: Mapping[str, str] | None = None) -
         name = row.get("run_name") or str(row["run_id"])[:8]
         row["name"] = f"↳ {name}" if level in BENEATH else name
         row["kind"] = LEVELS.get(level, level)
-        if level == "job" and baselines and row["run_id"] in baselines:
-            row["scaling_baseline"] = baselines[row["run_id"]]
+        if level == "job":
+            row["configuration"] = _cell(configurations.get(row["run_id"]))
+            if baselines and row["run_id"] in baselines:
+                row["scaling_baseline"] = baselines[row["run_id"]]
         rows.append(row)
     return rows
 

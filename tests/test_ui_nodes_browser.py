@@ -15,6 +15,7 @@ from test_ui_browser import (  # noqa: F401 - browser and page are fixtures
     open_runs,
     page,
     serve,
+    shots,
     tick,
     trace_names,
 )
@@ -42,6 +43,7 @@ def settled(page) -> None:  # noqa: F811 - the page fixture's name
 def test_the_grid_shows_the_job_with_its_nodes_beneath_and_a_key_overlays_across_them(
     page,  # noqa: F811
     job_ui,
+    shots,  # noqa: F811
 ):
     open_runs(page, job_ui, EXPERIMENT)
     assert grid_rows(page) == ["ddp", "a", "b"]
@@ -55,6 +57,7 @@ def test_the_grid_shows_the_job_with_its_nodes_beneath_and_a_key_overlays_across
     assert column(page, "gpus") == ["2", "", ""]
     per_gpu = column(page, "examples_per_s_per_gpu")
     assert per_gpu[0] and per_gpu[1:] == ["", ""]
+    page.screenshot(path=str(shots / "runs-distributed.png"), full_page=True)
 
     settled(page)
     tick(page, "ddp")
@@ -64,3 +67,6 @@ def test_the_grid_shows_the_job_with_its_nodes_beneath_and_a_key_overlays_across
     wait_for(lambda: sorted(trace_names(page)) == [f"node a · {key}", f"node b · {key}"], 60)
     axis = "seconds since the run started (a node's: its job's)"
     page.wait_for_selector(f'#ts-graph text:text-is("{axis}")')
+    info = page.inner_text("#ts-info")
+    assert info.startswith("2 traces") and "decimated stream" not in info, info  # nodes' artifacts
+    page.screenshot(path=str(shots / "timeseries-nodes.png"), full_page=True)

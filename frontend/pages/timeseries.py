@@ -145,7 +145,12 @@ def _info(stats, window, frame, runs: dict[str, RunInfo]) -> str:
     if frame.attrs.get("radt.window"):
         info += " (only the visible window was read)"
     sources = frame.attrs.get("radt.source", {})
-    decimated = [runs[r].name for r, s in sources.items() if s == "metrics" and r in runs]
+    # a job run holds only its figures, never samples: no artifact is missing there
+    decimated = [
+        runs[r].name
+        for r, s in sources.items()
+        if s == "metrics" and r in runs and runs[r].level != "job"
+    ]
     if decimated:
         info += ". From MLflow's decimated stream (no samples artifact): " + ", ".join(decimated)
     live = [r.name for r in runs.values() if r.running]

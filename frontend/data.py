@@ -18,10 +18,20 @@ from typing import TypeVar
 import pandas as pd
 
 from radt.errors import RadtError
-from radt.tags import parent_id, run_kind
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    RADT_GROUP_ROLE,
+    RADT_NODE,
+    RADT_SCALING_BASELINE,
+    parent_id,
+    run_kind,
+    tag_filter,
+)
 
 T = TypeVar("T")
 TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
+GROUP_LEVELS = ("job", "node")
+"""The levels of a distributed training's runs (tag ``radt.group.role``), as in the summary."""
 
 
 class DataError(Exception):
@@ -46,10 +56,13 @@ class RunInfo:
     start_us: int
     level: str
     """The run's :class:`radt.tags.RunKind` value: ``provider`` (a workload), ``client`` (one
-    of its runs), ``loader`` (its shared loader) or ``run`` (alone)."""
+    of its runs), ``loader`` (its shared loader) or ``run`` (alone); a distributed training's
+    runs: ``job`` (its job run) or ``node`` (one of its node runs), as the summary's levels."""
     parent_id: str | None
     experiment_id: str
     keys: tuple[str, ...]
+    node: str | None = None
+    """A node run's node (tag ``radt.node``); None for any other run."""
 
     @property
     def running(self) -> bool:
@@ -102,15 +115,17 @@ def metric_keys(metric_names: Iterable[str]) -> tuple[str, ...]:
 def run_info(run) -> RunInfo:
     """A :class:`RunInfo` of an MLflow run."""
     tags = run.data.tags
+    role = tags.get(RADT_GROUP_ROLE)
     return RunInfo(
         run_id=run.info.run_id,
         name=run.info.run_name or run.info.run_id[:8],
         status=run.info.status,
         start_us=int(run.info.start_time or 0) * 1000,
-        level=run_kind(tags).value,
+        level=role if role in GROUP_LEVELS else run_kind(tags).value,
         parent_id=parent_id(tags),
         experiment_id=run.info.experiment_id,
         keys=metric_keys(run.data.metrics),
+        node=tags.get(RADT_NODE) if role == "node" else None,
     )
 
 
@@ -274,13 +289,49 @@ class Store:
         return frame
 
     def runs(self, run_ids: Sequence[str]) -> dict[str, RunInfo]:
-        """The runs and their workload (parent) runs, oldest first; unknown ids are an error."""
-        from radt.analysis.load import select_runs
+        """The runs and their workload (parent) runs, oldest first; unknown ids are an error.
+
+        A ticked job run of a distributed training brings its node runs: they hold its series.
+        """
+        from radt.analysis.load import search_all, select_runs
 
         if not run_ids:
             return {}
-        chosen = self._call(lambda: select_runs(self._client(), None, list(run_ids), True))
-        return {r.info.run_id: run_info(r) for r in chosen}
+
+        def read() -> list:
+            client = self._client()
+            chosen = select_runs(client, None, list(run_ids), True)
+            have = {r.info.run_id for r in chosen}
+            jobs = [
+                r
+                for r in chosen
+                if r.info.run_id in run_ids and r.data.tags.get(RADT_GROUP_ROLE) == "job"
+            ]
+            for job in jobs:  # a ticked node comes with its job, not with the other nodes
+                kids = search_all(
+                    client,
+                    [job.info.experiment_id],
+                    tag_filter(MLFLOW_PARENT_RUN_ID, job.info.run_id),
+                )
+                chosen += [k for k in kids if k.info.run_id not in have]
+                have |= {k.info.run_id for k in kids}
+            return sorted(chosen, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+
+        return {r.info.run_id: run_info(r) for r in self._call(read)}
+
+    def scaling_baselines(self, experiment: str) -> dict[str, str]:
+        """The baseline each job run of ``experiment`` measured its scaling efficiency against
+        (tag ``radt.scaling_baseline``: ``<run id> (<n> nodes)``), by job run id."""
+        from radt.analysis.load import search_all
+
+        jobs = self._call(
+            lambda: search_all(self._client(), [experiment], tag_filter(RADT_GROUP_ROLE, "job"))
+        )
+        return {
+            r.info.run_id: r.data.tags[RADT_SCALING_BASELINE]
+            for r in jobs
+            if r.data.tags.get(RADT_SCALING_BASELINE)
+        }
 
     def samples(
         self,

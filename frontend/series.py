@@ -57,9 +57,24 @@ class RunLabel:
     run_id: str
     name: str
     start_us: int
-    """The run's start (MLflow start time), microseconds since the epoch: relative time's origin."""
+    """The run's start (MLflow start time), microseconds since the epoch: relative time's origin.
+    A node run's is its job run's start, so that its nodes share one time axis."""
     workload: bool = False
     """A workload (parent) run: its series are the devices' of the whole workload."""
+    node: str | None = None
+    """A distributed training's node run: its node, which names its traces."""
+    job: bool = False
+    """A distributed training's job run (the parent of its node runs)."""
+
+    @property
+    def label(self) -> str:
+        """How its traces and window are named: ``pair (workload)``, ``node a``, ``ddp (job)``,
+        else the run's name."""
+        if self.node is not None:
+            return f"node {self.node}"
+        if self.workload or self.job:
+            return f"{self.name} ({'workload' if self.workload else 'job'})"
+        return self.name
 
 
 def quantity(key: str) -> str:
@@ -170,7 +185,7 @@ def window_bands(
         else:
             x0 = pd.Timestamp(span.start_us, unit="us").isoformat()
             x1 = pd.Timestamp(span.end_us, unit="us").isoformat()
-        label = f"{run.name} (workload)" if run.workload else run.name
+        label = run.label
         fig.add_shape(
             type="rect",
             xref=axis,
@@ -265,7 +280,7 @@ def timeseries_figure(
         stats.traces += 1
         stats.samples += n
         stats.shown += len(xs)
-        label = f"{run.name} (workload)" if run.workload else run.name
+        label = run.label
         fig.add_trace(
             go.Scatter(
                 x=xs if relative else xs.astype("datetime64[us]"),
@@ -301,8 +316,11 @@ def timeseries_figure(
         stats.bands = window_bands(fig, windows, runs, colours, rows, relative)
     for row, name in enumerate(names, start=1):
         fig.update_yaxes(title_text=split_unit(name)[1] or None, row=row, col=1)
+    since = "seconds since the run started"
+    if any(run.node is not None for run in runs.values()):
+        since += " (a node's: its job's)"
     fig.update_xaxes(
-        title_text="seconds since the run started" if relative else "time (UTC)",
+        title_text=since if relative else "time (UTC)",
         row=rows,
         col=1,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import dash_ag_grid as dag
 import pandas as pd
@@ -31,7 +32,16 @@ function(_left, _right) {
 """
 """Scrolls the grid sideways by most of its width: the buttons work where scrollbars do not
 show (overlay scrollbars appear only while one scrolls, on macOS and in headless Chromium)."""
-LEVELS = {"provider": "workload", "client": "client", "loader": "loader", "run": "run"}
+LEVELS = {
+    "provider": "workload",
+    "client": "client",
+    "loader": "loader",
+    "run": "run",
+    "job": "job",
+    "node": "node",
+}
+BENEATH = ("client", "loader", "node")
+"""The levels shown beneath their parent's row (``↳``): a workload's runs, a job's nodes."""
 _BLANK = "params.value == null ? '' : "
 _WHY = (
     "(params.value == null && params.data.window_note ? "
@@ -134,6 +144,26 @@ def figure_column(figure: Figure) -> dict:
 
 FIGURE_COLUMNS = [figure_column(figure) for figure in CATALOG if figure.width]
 """The figures in the grid: those of :data:`radt.analysis.catalog.CATALOG` with a width."""
+SCALING_TIP = {
+    "function": "params.value != null && params.data.scaling_baseline ? "
+    "'examples/s per GPU over that of ' + params.data.scaling_baseline : " + _WHY
+}
+JOB_FIELD_COLUMNS = [
+    _col("nodes", "nodes", _INTEGER, width=90),
+    _col("gpus", "GPUs", _INTEGER, width=85),
+    _col("examples_per_s_per_gpu", "examples/s per GPU", _NUMBER, width=165),
+    _col(
+        "scaling_efficiency",
+        "scaling efficiency",
+        _RATIO,
+        width=155,
+        tooltipValueGetter=SCALING_TIP,
+        headerTooltip="examples/s per GPU over that of the same job on fewer nodes",
+    ),
+]
+"""A distributed job's own figures (docs/analysis.md, "Distributed jobs"), after examples/s;
+blank on every other row."""
+_AFTER = next(i for i, c in enumerate(FIGURE_COLUMNS) if c["field"] == "examples_per_s") + 1
 
 COLUMNS = [
     _col("name", "run", pinned="left", minWidth=170),
@@ -158,7 +188,9 @@ COLUMNS = [
     _col("configuration", "configuration", width=140),
     _col("job", "job", minWidth=320, maxWidth=640, tooltipField="job"),
     _col("params", "params", minWidth=160, maxWidth=640, tooltipField="params"),
-    *FIGURE_COLUMNS,
+    *FIGURE_COLUMNS[:_AFTER],
+    *JOB_FIELD_COLUMNS,
+    *FIGURE_COLUMNS[_AFTER:],
     _col("window_note", "why a figure is missing", minWidth=260),
     _col("start", "start (UTC)", width=170),
     _col("slurm_job_id", "Slurm job", width=120, hide=True),
@@ -168,15 +200,18 @@ COLUMNS = [
 """The grid's columns: ``radt.summary`` columns, numbers formatted, each filterable and sortable."""
 SLURM_FIELDS = ("slurm_job_id", "slurm_node")
 """Columns shown only when a run of the experiment ran in a Slurm job."""
+JOB_FIELDS = tuple(column["field"] for column in JOB_FIELD_COLUMNS)
+"""Columns shown only when a distributed job of the experiment has them."""
+OPTIONAL_FIELDS = (*SLURM_FIELDS, *JOB_FIELDS)
 
 
 def grid_columns(rows: list[dict]) -> list[dict]:
-    """The grid's columns for ``rows`` (:func:`grid_rows`): the Slurm job and node shown
-    when any run has them, hidden otherwise."""
-    shown = {name for name in SLURM_FIELDS if any(row.get(name) is not None for row in rows)}
+    """The grid's columns for ``rows`` (:func:`grid_rows`): the Slurm job and node, and a
+    distributed job's figures, shown when any run has them, hidden otherwise."""
+    shown = {name for name in OPTIONAL_FIELDS if any(row.get(name) is not None for row in rows)}
     return [
         {**column, "hide": column["field"] not in shown}
-        if column["field"] in SLURM_FIELDS
+        if column["field"] in OPTIONAL_FIELDS
         else column
         for column in COLUMNS
     ]
@@ -199,15 +234,27 @@ def _cell(value):
     return value
 
 
-def grid_rows(frame: pd.DataFrame) -> list[dict]:
-    """Rows of the runs grid from a ``radt.summary`` frame (each workload before its clients)."""
+def grid_rows(frame: pd.DataFrame, baselines: Mapping[str, str] | None = None) -> list[dict]:
+    """Rows of the runs grid from a ``radt.summary`` frame (each workload before its clients,
+    each distributed job before its nodes, whose runs are named by their node);
+    ``baselines``: the scaling baseline of each job run (:meth:`Store.scaling_baselines`)."""
+    from radt.analysis.distributed import one_line_per_job
+
+    # a job's configuration as `radt runs` words it (the column may hold no text yet)
+    lines = one_line_per_job(frame.astype({"configuration": object}))
+    jobs = lines.loc[lines["level"] == "job"] if "level" in lines else lines.iloc[:0]
+    configurations = dict(zip(jobs["run_id"], jobs["configuration"], strict=True))
     rows = []
     for record in frame.to_dict("records"):
         row = {key: _cell(value) for key, value in record.items()}
         level = row.get("level") or "run"
         name = row.get("run_name") or str(row["run_id"])[:8]
-        row["name"] = f"↳ {name}" if level in ("client", "loader") else name
+        row["name"] = f"↳ {name}" if level in BENEATH else name
         row["kind"] = LEVELS.get(level, level)
+        if level == "job":
+            row["configuration"] = _cell(configurations.get(row["run_id"]))
+            if baselines and row["run_id"] in baselines:
+                row["scaling_baseline"] = baselines[row["run_id"]]
         rows.append(row)
     return rows
 
@@ -220,6 +267,8 @@ def runs_note(name: str, kinds: list[str]) -> str:
             ("workload", "workload", None),
             ("client", "run in them", "runs in them"),
             ("loader", "shared loader", None),
+            ("job", "distributed job", None),
+            ("node", "node run in them", "node runs in them"),
             ("run", "single run", None),
         )
         if kinds.count(kind)
@@ -282,7 +331,7 @@ def layout() -> html.Div:
                 getRowStyle={
                     "styleConditions": [
                         {
-                            "condition": "params.data.level == 'provider'",
+                            "condition": "['provider', 'job'].includes(params.data.level)",
                             "style": {"fontWeight": 600, "backgroundColor": "#f3f6fa"},
                         }
                     ]
@@ -374,7 +423,13 @@ def register(app: Dash, store: Store) -> None:
         if frame.empty:
             note = _empty_note(store, f"Experiment {name!r} has no runs yet.")
             return [], no_update, {"ids": []}, HIDDEN, note, chosen
-        data = grid_rows(frame)
+        baselines = {}
+        if (frame["level"] == "job").any():
+            try:
+                baselines = store.scaling_baselines(experiment)
+            except DataError:
+                baselines = {}  # the efficiency shows; only its tooltip lacks the baseline
+        data = grid_rows(frame, baselines)
         kept = []
         if (selection or {}).get("experiment") == experiment:
             have = {row["run_id"] for row in data}

@@ -97,10 +97,20 @@ function (event, last) {
 
 
 def _labels(runs: dict[str, RunInfo]) -> dict[str, RunLabel]:
-    return {
-        r.run_id: RunLabel(r.run_id, r.name, r.start_us, workload=r.level == "provider")
-        for r in runs.values()
-    }
+    """The runs as the figure names them; a node run on its job's time axis (when the job is
+    known), so that one node lagging another shows."""
+    labels = {}
+    for r in runs.values():
+        job = runs.get(r.parent_id or "") if r.level == "node" else None
+        labels[r.run_id] = RunLabel(
+            r.run_id,
+            r.name,
+            job.start_us if job is not None else r.start_us,
+            workload=r.level == "provider",
+            node=r.node if r.level == "node" else None,
+            job=r.level == "job",
+        )
+    return labels
 
 
 def _revision(run_ids: list[str], keys: list[str], mode: str) -> str:
@@ -135,7 +145,12 @@ def _info(stats, window, frame, runs: dict[str, RunInfo]) -> str:
     if frame.attrs.get("radt.window"):
         info += " (only the visible window was read)"
     sources = frame.attrs.get("radt.source", {})
-    decimated = [runs[r].name for r, s in sources.items() if s == "metrics" and r in runs]
+    # a job run holds only its figures, never samples: no artifact is missing there
+    decimated = [
+        runs[r].name
+        for r, s in sources.items()
+        if s == "metrics" and r in runs and runs[r].level != "job"
+    ]
     if decimated:
         info += ". From MLflow's decimated stream (no samples artifact): " + ", ".join(decimated)
     live = [r.name for r in runs.values() if r.running]

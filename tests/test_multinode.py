@@ -201,6 +201,40 @@ def test_a_node_without_its_rank_0_fails_in_one_line(workspace):
     assert workspace.runs() == []
 
 
+def test_a_node_that_never_joins_fails_the_job_run_naming_it(workspace):
+    """Two nodes expected (RADT_NODES), only rank 0 started: once its node has ended and rank 1
+    has not appeared within RADT_GROUP_WAIT_S, the job run ends FAILED naming rank 1."""
+    env = {**workspace.env, "RADT_NODE": "a", "RADT_NODE_RANK": "0", "RADT_NODES": "2"}
+    env["RADT_GROUP_WAIT_S"] = "1"
+    done = workspace.run(["-l", "none", "--group", "half", "--", "true"], env=env)
+    assert done.returncode == 0, done.stderr  # the node itself trained and finished
+    job, (a,) = job_and_nodes(workspace)
+    assert a.info.status == "FINISHED"
+    assert job.info.status == "FAILED"
+    assert job.data.tags["radt.note"] == "node rank 1 never joined"
+    assert f"job run {job.info.run_id} of group half FAILED" in done.stderr
+
+
+def test_without_a_node_count_the_job_run_ends_with_the_nodes_it_has(workspace):
+    """No RADT_NODES, no torchrun --nnodes, no Slurm: radT cannot know a node is missing
+    (docs/analysis.md says so)."""
+    env = {**workspace.env, "RADT_NODE": "a", "RADT_NODE_RANK": "0", "RADT_GROUP_WAIT_S": "60"}
+    done = workspace.run(["-l", "none", "--group", "alone", "--", "true"], env=env)
+    assert done.returncode == 0, done.stderr
+    job, (a,) = job_and_nodes(workspace)
+    assert job.info.status == "FINISHED" and group.NODES_TAG not in job.data.tags
+
+
+def test_a_group_wait_that_is_not_seconds_is_one_line(workspace):
+    env = {**workspace.env, "RADT_GROUP_WAIT_S": "soon"}
+    done = workspace.run(["-l", "none", "--group", "g", "--", "true"], env=env)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == "radt: error: RADT_GROUP_WAIT_S='soon' is not a number of seconds ≥ 0"
+    assert "Traceback" not in done.stderr
+    assert workspace.runs() == []
+
+
 def test_job_figures_by_hand():
     """docs/analysis.md, "Distributed jobs": the worked example."""
     import math

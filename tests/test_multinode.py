@@ -105,12 +105,7 @@ def finish(nodes, timeout: float = 300) -> list[int]:
 
 
 def job_and_nodes(workspace):
-    runs = workspace.runs()
-    jobs = [r for r in runs if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE]
-    assert len(jobs) == 1, f"expected one job run, found {len(jobs)}"
-    job = jobs[0]
-    nodes = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id]
-    return job, sorted(nodes, key=lambda r: r.data.tags[group.NODE_RANK_TAG])
+    return job_and_nodes_in(workspace.runs())
 
 
 @pytest.mark.slow
@@ -361,3 +356,49 @@ def test_scaling_efficiency_against_the_same_job_on_one_node(workspace, tmp_path
         two["radt/examples_per_s_per_gpu"] / base["radt/examples_per_s_per_gpu"]
     )
     assert jobs["two"].data.tags["radt.scaling_baseline"] == f"{jobs['one'].info.run_id} (1 node)"
+
+
+@pytest.mark.slow
+def test_a_study_of_nodes_2_runs_each_workload_as_one_job_under_the_study_run(workspace, tmp_path):
+    """Without Slurm, `nodes: 2` runs two local radT "nodes" (node0, node1) per workload; the
+    job run is the workload, nested under the study run, and the summary's job row has its
+    figures."""
+    import yaml
+
+    study = workspace.root / "ddp.yaml"
+    study.write_text(
+        "name: ddp\n"
+        "listeners: none\n"
+        "nodes: 2\n"
+        f"file: {sys.executable} -m torch.distributed.run --nproc-per-node 1 {TRAIN}\n"
+        "parameters:\n"
+        "  steps: {values: [4]}\n"
+    )
+    done = workspace.run(["ddp.yaml"])
+    assert done.returncode == 0, done.stderr
+    runs = workspace.runs("ddp")
+    (study_run,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    job, (a, b) = job_and_nodes_in(runs)
+    assert study_run.info.status == "FINISHED"
+    assert job.data.tags["mlflow.parentRunId"] == study_run.info.run_id
+    assert job.data.tags["radt.study"] == "ddp" and job.data.tags[group.NODES_TAG] == "2"
+    assert [a.data.tags[group.NODE_TAG], b.data.tags[group.NODE_TAG]] == ["node0", "node1"]
+    assert job.info.status == "FINISHED" and job.data.metrics["examples"] == 2 * 4 * 16
+    status = yaml.safe_load(study.read_text())["status"]
+    assert status == {1: f"FINISHED {job.info.run_id} (--steps 4 | 2 nodes)"}
+    plan = (workspace.root / "ddp.plan.csv").read_text()
+    assert f"FINISHED, {job.info.run_id}" in plan
+
+    from radt.analysis.summary import summary
+
+    frame = summary("ddp", tracking_uri=workspace.uri, cache_dir=tmp_path / "cache")
+    (job_row,) = frame[frame["level"] == "job"].itertuples()
+    assert job_row.examples_total == 2 * 4 * 16
+
+
+def job_and_nodes_in(runs):
+    """The one job run among ``runs`` and its node runs, by rank."""
+    jobs = [r for r in runs if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE]
+    assert len(jobs) == 1, f"expected one job run, found {len(jobs)}"
+    nodes = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == jobs[0].info.run_id]
+    return jobs[0], sorted(nodes, key=lambda r: r.data.tags[group.NODE_RANK_TAG])

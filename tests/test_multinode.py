@@ -47,6 +47,8 @@ def test_group_from_flag_environment_torchrun_and_slurm():
     assert group.resolve(None, ["train.py"], slurm) == group.Group("slurm-41.0", "gpu07", 1, 2)
     one_node = {**slurm, "SLURM_STEP_NUM_NODES": "1", "SLURM_NODEID": "0", "RADT_NODE": "t1"}
     assert group.resolve(None, ["train.py"], one_node) == group.Group("slurm-41.0", "t1", 1, 2)
+    del one_node["RADT_NODE"]
+    assert group.resolve(None, ["train.py"], one_node).node == "gpu07-1"
     assert group.resolve(None, ["train.py"], {**slurm, "SLURM_STEP_NUM_TASKS": "1"}) is None
     with pytest.raises(group.UsageError, match="node rank 'x'"):
         group.resolve("g", ["train.py"], {"RADT_NODE_RANK": "x"})
@@ -402,3 +404,70 @@ def job_and_nodes_in(runs):
     assert len(jobs) == 1, f"expected one job run, found {len(jobs)}"
     nodes = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == jobs[0].info.run_id]
     return jobs[0], sorted(nodes, key=lambda r: r.data.tags[group.NODE_RANK_TAG])
+
+
+def test_a_study_of_nodes_2_on_slurm_is_one_sbatch_of_2_nodes_srunning_radt_per_node(
+    tmp_path, monkeypatch
+):
+    """The job that `radt study.yaml --slurm` submits for `nodes: 2`: one task per node, the
+    script `srun`s radT, and each node's radT is the workload's command as a lone run with the
+    group's variables (the tests' Slurm has one node: tests/test_slurm.py runs it there)."""
+    import json
+
+    from radt.plans.multinode import node_argv, node_env
+    from radt.plans.read import read_plan
+    from radt.plans.study import expand, read_study
+    from radt.plans.studyrun import plan_rows, plan_text, write_plan
+    from radt.slurm.dispatch import Dispatch, SlurmRequest
+    from radt.slurm.options import slurm_options
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    path = tmp_path / "ddp.yaml"
+    path.write_text(
+        "name: ddp\nlisteners: top\ndevices: 0\nnodes: 2\nfile: train.py\n"
+        "parameters:\n  steps: {values: [4]}\nslurm: {partition: gpu}\n"
+    )
+    study = read_study(path, cwd=tmp_path)
+    plan_path = tmp_path / "ddp.plan.csv"
+    write_plan(plan_path, plan_text(study, plan_rows(study, expand(study), {}, {}, {}), False))
+    plan = read_plan(plan_path)
+    (workload,) = plan.workloads
+    dispatch = Dispatch(
+        plan_path,
+        slurm_options(study.slurm, {}),
+        SlurmRequest(node_args=["--interval", "0.5"]),
+        None,
+        "sqlite:///x.db",
+        parent_run_id="study1",
+        tags={"radt.study": "ddp"},
+        nodes=2,
+    )
+    args = dispatch._sbatch_args(workload)
+    assert args == ["--partition=gpu", "--gres=gpu:1", "--nodes=2", "--ntasks-per-node=1"]
+    script = dispatch._write_task_files(0, [workload])
+    last = script.read_text().splitlines()[-1]
+    tasks = next(dispatch.folder.glob("tasks-*.json"))
+    assert last == (
+        f"exec srun {sys.executable} -m radt {plan_path.resolve()} --slurm-task {tasks} "
+        "--interval 0.5"
+    )
+    assert json.loads(tasks.read_text())["nodes"] == 2
+
+    argv = node_argv(workload, "ddp", "study1", interval_s=0.5, radt=["radt"])
+    assert argv == [
+        *["radt", "-e", "ddp", "-l", "top", "-d", "0", "--interval", "0.5"],
+        *["--job", "train.py --steps 4"],
+        *["-t", "radt.study=ddp", "-t", "radt.workload=001", "-t", "mlflow.parentRunId=study1"],
+        *["--", "train.py", "--steps", "4"],  # radT runs a .py with its Python
+    ]
+    env = node_env({"PATH": "/bin"}, 2, 1, "gpu07", 21234)
+    assert env == {
+        "PATH": "/bin",
+        "RADT_NODES": "2",
+        "RADT_NODE_RANK": "1",
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "gpu07",
+        "PET_MASTER_PORT": "21234",
+    }

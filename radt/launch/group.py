@@ -3,7 +3,8 @@ run (the parent) that the node of rank 0 creates and the other nodes join, and i
 
 A group is named by ``--group`` / ``RADT_GROUP``; without either, inside a Slurm step of more
 than one task by its job and step id, and under ``torchrun`` by its ``--rdzv-id``. The node name
-is ``RADT_NODE``, else Slurm's node name, else the host's; the node rank is ``RADT_NODE_RANK``,
+is ``RADT_NODE``, else Slurm's node name (with ``-<task id>`` when the step runs several radT
+tasks on one node), else the host's; the node rank is ``RADT_NODE_RANK``,
 else torchrun's ``--node-rank``, else Slurm's (``SLURM_NODEID``, or ``SLURM_PROCID`` when a step
 runs several radT tasks on one node).
 
@@ -147,8 +148,8 @@ def resolve(
             f"group {name!r} cannot be used: give up to 250 letters, digits and _ . : @ + / -"
         )
     rank_text = environ.get("RADT_NODE_RANK") or torch.get("node-rank")
+    one_per_node = not slurm or slurm[1] == slurm[2]
     if rank_text is None and slurm:
-        one_per_node = slurm[1] == slurm[2]
         rank_text = environ.get("SLURM_NODEID" if one_per_node else "SLURM_PROCID")
     rank = _int(rank_text) if rank_text is not None else 0
     if rank is None or rank < 0:
@@ -159,7 +160,10 @@ def resolve(
     nodes = _int(environ.get("RADT_NODES")) or _int(nnodes.rpartition(":")[2])
     if nodes is None and slurm:
         nodes = slurm[1]
-    node = environ.get("RADT_NODE") or environ.get("SLURMD_NODENAME") or socket.gethostname()
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if not one_per_node:  # several radT tasks of the step on one host: each its own node
+        node = f"{node}-{environ.get('SLURM_PROCID', rank)}"
+    node = environ.get("RADT_NODE") or node
     return Group(name, node, rank, nodes)
 
 

@@ -670,6 +670,7 @@ class _Run:
                 parent_run_id=getattr(self, "run_id", None),
                 tags={RADT_STUDY: self.study.name},
                 record=self._record_status,
+                nodes=self.study.nodes,
             )
         except BaseException:
             if client is not None:

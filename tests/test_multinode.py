@@ -471,3 +471,35 @@ def test_a_study_of_nodes_2_on_slurm_is_one_sbatch_of_2_nodes_srunning_radt_per_
         "PET_MASTER_ADDR": "gpu07",
         "PET_MASTER_PORT": "21234",
     }
+
+
+@pytest.mark.slow
+def test_under_nsys_each_nodes_report_is_its_node_runs_artifact(workspace):
+    """`-l nsys` on both nodes (the fake nsys): each node run holds its own report, the job
+    run none."""
+    from test_listener_nsys import SCRIPT, artifact_paths, fake_env
+
+    workspace.script("work.py", SCRIPT)
+    base = {**fake_env(workspace), "RADT_NODES": "2", "RADT_GROUP_WAIT_S": "120"}
+    nodes = [
+        subprocess.Popen(
+            workspace.argv(["-l", "nsys", "--group", "prof", "work.py"]),
+            cwd=workspace.root,
+            env={**base, "RADT_NODE": "ab"[rank], "RADT_NODE_RANK": str(rank)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=default_signals,
+        )
+        for rank in (0, 1)
+    ]
+    assert finish(nodes) == [0, 0]
+    job, (a, b) = job_and_nodes(workspace)
+    assert job.info.status == "FINISHED"
+    client = workspace.client()
+    for node in (a, b):
+        assert artifact_paths(client, node.info.run_id, "radt/nsys") == [
+            "radt/nsys/kernels.csv",
+            "radt/nsys/report.nsys-rep",
+        ]
+        assert "system/nsys/kernels/count" in node.data.metrics
+    assert artifact_paths(client, job.info.run_id, "radt/nsys") == []

@@ -522,3 +522,50 @@ def test_under_nsys_each_nodes_report_is_its_node_runs_artifact(workspace):
         ]
         assert "system/nsys/kernels/count" in node.data.metrics
     assert artifact_paths(client, job.info.run_id, "radt/nsys") == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_study_of_nodes_2_and_its_workload_runs_again(workspace, tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) reaches the study's radT and both local
+    nodes: every record ends, the workload is KILLED in the study file (so it runs again)."""
+    import os
+
+    import yaml
+
+    study = workspace.root / "ddp.yaml"
+    study.write_text(
+        "name: ddp\nlisteners: none\nnodes: 2\n"
+        f"file: {sys.executable} -m torch.distributed.run --nproc-per-node 1 {TRAIN}"
+        " --step-s 0.05\n"
+        "parameters:\n  steps: {values: [100000]}\n"
+    )
+    with (tmp_path / "study.log").open("w") as out:
+        radt = subprocess.Popen(
+            workspace.argv(["ddp.yaml"]),
+            cwd=workspace.root,
+            env=workspace.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=default_signals,
+            start_new_session=True,  # its own "terminal" process group
+        )
+    try:
+
+        def both_train() -> bool:
+            nodes = [r for r in workspace.runs("ddp") if r.data.tags.get(group.NODE_TAG)]
+            return len(nodes) == 2 and all(n.data.metrics.get("examples", 0) > 0 for n in nodes)
+
+        wait_for(both_train, timeout=240, interval=0.5)
+        os.killpg(radt.pid, signal.SIGINT)
+        code = radt.wait(timeout=300)
+    finally:
+        kill_quietly(radt.pid)
+    assert code == 130, (tmp_path / "study.log").read_text()
+    runs = workspace.runs("ddp")
+    (study_run,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    job, (a, b) = job_and_nodes_in(runs)
+    assert study_run.info.status == "KILLED"
+    assert {a.info.status, b.info.status} == {"KILLED"}
+    assert job.info.status == "FAILED" and "radT received SIGINT" in job.data.tags["radt.note"]
+    status = yaml.safe_load(study.read_text())["status"]
+    assert status == {1: f"KILLED {job.info.run_id} (--steps 100000 | 2 nodes)"}

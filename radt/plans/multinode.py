@@ -92,16 +92,18 @@ def run_here(
     experiment_id: str,
     *,
     interval_s: float | None = None,
-) -> tuple[str, str]:
+) -> tuple[str, str, bool]:
     """Run ``workload`` as ``nodes`` radT "nodes" on this host (``RADT_NODE`` = node0, node1,
-    …); return the job run's (status, run id). For testing a multi-node study: the nodes share
-    this host's GPUs."""
+    …); return the job run's status and id, and whether Ctrl-C stopped it (the nodes got it
+    too, and their records are complete when this returns). For testing a multi-node study:
+    the nodes share this host's GPUs."""
     group = f"{study}-{workload.name}-{uuid.uuid4().hex[:8]}"
     base = {**os.environ, "MLFLOW_TRACKING_URI": uri, "RADT_GROUP": group}
     port = free_port()
     argv = node_argv(workload, study, parent_run_id, interval_s=interval_s)
     log.info(f"workload {workload.label}: one training on {nodes} local nodes (group {group})")
     processes: list[subprocess.Popen] = []
+    interrupted = False
     try:
         for rank in range(nodes):
             env = node_env(base, nodes, rank, LOCAL_ADDR, port)
@@ -110,16 +112,21 @@ def run_here(
                 processes.append(subprocess.Popen(argv, env=env))
             except OSError as exc:
                 raise RadtError(f"cannot start radT for node {rank}: {exc.strerror}") from None
-        codes = [process.wait() for process in processes]
+        for process in processes:
+            process.wait()
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
-        for process in processes:  # Ctrl-C reached them too; wait for their records
+        for process in processes:  # Ctrl-C reached them too: wait for their records
             if process.poll() is None:
                 process.wait()
+    codes = [process.returncode for process in processes]
     job = _job_run(client, experiment_id, group)
     if job is None:
         log.warning(f"workload {workload.label}: no job run of group {group} (exit codes {codes})")
-        return FAILED, ""
-    return job.info.status, job.info.run_id
+        return FAILED, "", interrupted
+    job = client.get_run(job.info.run_id)
+    return job.info.status, job.info.run_id, interrupted
 
 
 def _job_run(client, experiment_id: str, group: str):

@@ -630,20 +630,19 @@ class _Run:
         client, uri, _ = store
         code = 0
         for workload in self.pending(plan):
-            try:
-                status, run_id = run_here(
-                    workload,
-                    self.study.nodes,
-                    self.study.name,
-                    self.run_id,
-                    client,
-                    uri,
-                    self.experiment_id,
-                    interval_s=self.options.interval_s,
-                )
-            except KeyboardInterrupt:
-                self.interrupted = True
-                status, run_id = "KILLED", ""
+            status, run_id, interrupted = run_here(
+                workload,
+                self.study.nodes,
+                self.study.name,
+                self.run_id,
+                client,
+                uri,
+                self.experiment_id,
+                interval_s=self.options.interval_s,
+            )
+            self.interrupted = self.interrupted or interrupted
+            if interrupted and status != FINISHED:
+                status = "KILLED"  # runs again, as an interrupted workload does
             plan.record(workload, {row.line: (status, run_id) for row in workload.rows})
             self._record_status(workload.name, status, run_id)
             log.info(f"workload {workload.label}: {status} (job run {run_id or 'none'})")

@@ -47,6 +47,8 @@ def test_group_from_flag_environment_torchrun_and_slurm():
     assert group.resolve(None, ["train.py"], slurm) == group.Group("slurm-41.0", "gpu07", 1, 2)
     one_node = {**slurm, "SLURM_STEP_NUM_NODES": "1", "SLURM_NODEID": "0", "RADT_NODE": "t1"}
     assert group.resolve(None, ["train.py"], one_node) == group.Group("slurm-41.0", "t1", 1, 2)
+    del one_node["RADT_NODE"]
+    assert group.resolve(None, ["train.py"], one_node).node == "gpu07-1"
     assert group.resolve(None, ["train.py"], {**slurm, "SLURM_STEP_NUM_TASKS": "1"}) is None
     with pytest.raises(group.UsageError, match="node rank 'x'"):
         group.resolve("g", ["train.py"], {"RADT_NODE_RANK": "x"})
@@ -105,46 +107,82 @@ def finish(nodes, timeout: float = 300) -> list[int]:
 
 
 def job_and_nodes(workspace):
-    runs = workspace.runs()
-    jobs = [r for r in runs if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE]
-    assert len(jobs) == 1, f"expected one job run, found {len(jobs)}"
-    job = jobs[0]
-    nodes = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id]
-    return job, sorted(nodes, key=lambda r: r.data.tags[group.NODE_RANK_TAG])
+    return job_and_nodes_in(workspace.runs())
+
+
+@pytest.fixture(scope="module")
+def scaled(tmp_path_factory, template_db):
+    """One recorded pair, shared by the tests that only read it: the training on one node
+    (group ``one``), then on two nodes started at once (group ``two``, logs ``node0.log`` and
+    ``node1.log``), each node recording one (fake) GPU with ``nvml``."""
+    import os
+
+    from conftest import FAKES, new_workspace
+
+    base = tmp_path_factory.mktemp("scaled")
+    ws = new_workspace(base, template_db)
+    env = {k: v for k, v in ws.env.items() if not k.startswith(("FAKE_", "CUDA_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKES / "pynvml"), env["PYTHONPATH"]])
+    common = ("-l", "nvml", "-d", "0", "--interval", "0.1", "--job", "ddp-linear")
+    one = start_node(
+        ws, base, 0, free_port(), nnodes=1, radt_args=(*common, "--group", "one"), env=env
+    )
+    assert finish([one]) == [0], (base / "node0.log").read_text()
+    port = free_port()
+    nodes = [
+        start_node(ws, base, k, port, radt_args=(*common, "--group", "two"), env=env)
+        for k in (0, 1)
+    ]
+    assert finish(nodes) == [0, 0], [(base / f"node{k}.log").read_text() for k in (0, 1)]
+    return ws, base
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("order", ["rank 0 first", "rank 1 first", "at once"])
-def test_two_nodes_make_one_job_run(workspace, tmp_path, order):
+@pytest.mark.parametrize("order", ["rank 0 first", "rank 1 first"])
+def test_two_nodes_started_one_after_the_other_make_one_job_run(workspace, tmp_path, order):
     port = free_port()
     first = 1 if order == "rank 1 first" else 0
     nodes = [start_node(workspace, tmp_path, first, port)]
     if order == "rank 0 first":
         wait_for(lambda: said(tmp_path, 0, "created job run"), timeout=120)
-    elif order == "rank 1 first":
+    else:
         wait_for(lambda: said(tmp_path, 1, "looks for its job run"), timeout=120)
     nodes.append(start_node(workspace, tmp_path, 1 - first, port))
     assert finish(nodes) == [0, 0], [(tmp_path / f"node{k}.log").read_text() for k in (0, 1)]
+    check_two_node_job(workspace, tmp_path, "ddp1", gpus=0)
 
-    job, (a, b) = job_and_nodes(workspace)
+
+@pytest.mark.slow
+def test_two_nodes_started_at_once_make_one_job_run(scaled):
+    ws, logs = scaled
+    check_two_node_job(ws, logs, "two", gpus=2)
+
+
+def check_two_node_job(workspace, logs, name: str, gpus: int) -> None:
+    """The job run of group ``name`` (its nodes' output in ``logs``): one job run of two node
+    runs, the examples the four ranks printed, its window the overlap, one line in `radt runs`."""
+    runs = workspace.runs()
+    job, (a, b) = job_and_nodes_in([r for r in runs if r.data.tags.get(group.GROUP_TAG) == name])
     assert job.info.status == "FINISHED"
-    assert job.data.tags[group.GROUP_TAG] == "ddp1" and job.data.tags[group.NODES_TAG] == "2"
+    assert job.data.tags[group.NODES_TAG] == "2"
     assert [a.data.tags[group.NODE_TAG], b.data.tags[group.NODE_TAG]] == ["a", "b"]
     assert all(n.info.status == "FINISHED" for n in (a, b))
     client = workspace.client()
     for rank, node in enumerate((a, b)):
-        ranks = printed_examples(tmp_path, rank)
+        ranks = printed_examples(logs, rank)
         assert len(ranks) == 2
         history = client.get_metric_history(node.info.run_id, "examples")
         assert max(m.value for m in history) == sum(ranks.values())
 
-    printed = {**printed_examples(tmp_path, 0), **printed_examples(tmp_path, 1)}
+    printed = {**printed_examples(logs, 0), **printed_examples(logs, 1)}
     assert sorted(printed) == [0, 1, 2, 3]
     assert job.data.metrics["examples"] == sum(printed.values())
     assert job.data.metrics["radt/nodes"] == 2
     from radt.analysis.summary import summary
 
-    frame = summary("Default", tracking_uri=workspace.uri, cache_dir=tmp_path / "cache")
+    frame = summary("Default", tracking_uri=workspace.uri, cache_dir=logs / "cache")
+    ids = [job.info.run_id, a.info.run_id, b.info.run_id]
+    frame = frame[frame["run_id"].isin(ids)]
     assert list(frame["level"]) == ["job", "node", "node"]
     job_row, node_rows = frame.iloc[0], frame.iloc[1:]
     assert job_row["examples_total"] == sum(printed.values())
@@ -158,7 +196,7 @@ def test_two_nodes_make_one_job_run(workspace, tmp_path, order):
     listed = workspace.run(["runs", "-e", "Default"])
     assert listed.returncode == 0, listed.stderr
     lines = [line for line in listed.stdout.splitlines() if job.info.run_id in line]
-    assert len(lines) == 1 and "2 nodes, 0 GPUs" in lines[0]
+    assert len(lines) == 1 and f"2 nodes, {gpus} GPUs" in lines[0]
     assert a.info.run_id not in listed.stdout and b.info.run_id not in listed.stdout
 
 
@@ -197,6 +235,40 @@ def test_a_node_without_its_rank_0_fails_in_one_line(workspace):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("radt: error: node ")
     assert "found no running job run of group lonely" in last
+    assert "Traceback" not in done.stderr
+    assert workspace.runs() == []
+
+
+def test_a_node_that_never_joins_fails_the_job_run_naming_it(workspace):
+    """Two nodes expected (RADT_NODES), only rank 0 started: once its node has ended and rank 1
+    has not appeared within RADT_GROUP_WAIT_S, the job run ends FAILED naming rank 1."""
+    env = {**workspace.env, "RADT_NODE": "a", "RADT_NODE_RANK": "0", "RADT_NODES": "2"}
+    env["RADT_GROUP_WAIT_S"] = "1"
+    done = workspace.run(["-l", "none", "--group", "half", "--", "true"], env=env)
+    assert done.returncode == 0, done.stderr  # the node itself trained and finished
+    job, (a,) = job_and_nodes(workspace)
+    assert a.info.status == "FINISHED"
+    assert job.info.status == "FAILED"
+    assert job.data.tags["radt.note"] == "node rank 1 never joined"
+    assert f"job run {job.info.run_id} of group half FAILED" in done.stderr
+
+
+def test_without_a_node_count_the_job_run_ends_with_the_nodes_it_has(workspace):
+    """No RADT_NODES, no torchrun --nnodes, no Slurm: radT cannot know a node is missing
+    (docs/analysis.md says so)."""
+    env = {**workspace.env, "RADT_NODE": "a", "RADT_NODE_RANK": "0", "RADT_GROUP_WAIT_S": "60"}
+    done = workspace.run(["-l", "none", "--group", "alone", "--", "true"], env=env)
+    assert done.returncode == 0, done.stderr
+    job, (a,) = job_and_nodes(workspace)
+    assert job.info.status == "FINISHED" and group.NODES_TAG not in job.data.tags
+
+
+def test_a_group_wait_that_is_not_seconds_is_one_line(workspace):
+    env = {**workspace.env, "RADT_GROUP_WAIT_S": "soon"}
+    done = workspace.run(["-l", "none", "--group", "g", "--", "true"], env=env)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == "radt: error: RADT_GROUP_WAIT_S='soon' is not a number of seconds ≥ 0"
     assert "Traceback" not in done.stderr
     assert workspace.runs() == []
 
@@ -288,35 +360,13 @@ def test_a_node_whose_radt_dies_is_finished_by_sync_and_fails_the_job(workspace,
 
 
 @pytest.mark.slow
-def test_scaling_efficiency_against_the_same_job_on_one_node(workspace, tmp_path):
+def test_scaling_efficiency_against_the_same_job_on_one_node(scaled):
     """Each node records one (fake) GPU; the 2-node job's efficiency is its examples/s per GPU
     over the 1-node job's, which it names."""
-    import os
-
-    from conftest import FAKES
-
-    env = {k: v for k, v in workspace.env.items() if not k.startswith(("FAKE_", "CUDA_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(FAKES / "pynvml"), env["PYTHONPATH"]])
-    common = ("-l", "nvml", "-d", "0", "--interval", "0.1", "--job", "ddp-linear")
-    one = start_node(
-        workspace,
-        tmp_path,
-        0,
-        free_port(),
-        nnodes=1,
-        radt_args=(*common, "--group", "one"),
-        env=env,
-    )
-    assert finish([one]) == [0]
-    port = free_port()
-    nodes = [
-        start_node(workspace, tmp_path, k, port, radt_args=(*common, "--group", "two"), env=env)
-        for k in (0, 1)
-    ]
-    assert finish(nodes) == [0, 0]
+    ws, _ = scaled
     jobs = {
         r.data.tags[group.GROUP_TAG]: r
-        for r in workspace.runs()
+        for r in ws.runs()
         if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE
     }
     base, two = jobs["one"].data.metrics, jobs["two"].data.metrics
@@ -327,3 +377,195 @@ def test_scaling_efficiency_against_the_same_job_on_one_node(workspace, tmp_path
         two["radt/examples_per_s_per_gpu"] / base["radt/examples_per_s_per_gpu"]
     )
     assert jobs["two"].data.tags["radt.scaling_baseline"] == f"{jobs['one'].info.run_id} (1 node)"
+
+
+@pytest.mark.slow
+def test_a_study_of_nodes_2_runs_each_workload_as_one_job_under_the_study_run(workspace, tmp_path):
+    """Without Slurm, `nodes: 2` runs two local radT "nodes" (node0, node1) per workload; the
+    job run is the workload, nested under the study run, and the summary's job row has its
+    figures."""
+    import yaml
+
+    study = workspace.root / "ddp.yaml"
+    study.write_text(
+        "name: ddp\n"
+        "listeners: none\n"
+        "nodes: 2\n"
+        f"file: {sys.executable} -m torch.distributed.run --nproc-per-node 1 {TRAIN}\n"
+        "parameters:\n"
+        "  steps: {values: [4]}\n"
+    )
+    done = workspace.run(["ddp.yaml"])
+    assert done.returncode == 0, done.stderr
+    runs = workspace.runs("ddp")
+    (study_run,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    job, (a, b) = job_and_nodes_in(runs)
+    assert study_run.info.status == "FINISHED"
+    assert job.data.tags["mlflow.parentRunId"] == study_run.info.run_id
+    assert job.data.tags["radt.study"] == "ddp" and job.data.tags[group.NODES_TAG] == "2"
+    assert [a.data.tags[group.NODE_TAG], b.data.tags[group.NODE_TAG]] == ["node0", "node1"]
+    assert job.info.status == "FINISHED" and job.data.metrics["examples"] == 2 * 4 * 16
+    status = yaml.safe_load(study.read_text())["status"]
+    assert status == {1: f"FINISHED {job.info.run_id} (--steps 4 | 2 nodes)"}
+    plan = (workspace.root / "ddp.plan.csv").read_text()
+    assert f"FINISHED, {job.info.run_id}" in plan
+
+    from radt.analysis.summary import summary
+
+    frame = summary("ddp", tracking_uri=workspace.uri, cache_dir=tmp_path / "cache")
+    (job_row,) = frame[frame["level"] == "job"].itertuples()
+    assert job_row.examples_total == 2 * 4 * 16
+
+
+def job_and_nodes_in(runs):
+    """The one job run among ``runs`` and its node runs, by rank."""
+    jobs = [r for r in runs if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE]
+    assert len(jobs) == 1, f"expected one job run, found {len(jobs)}"
+    nodes = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == jobs[0].info.run_id]
+    return jobs[0], sorted(nodes, key=lambda r: r.data.tags[group.NODE_RANK_TAG])
+
+
+def test_a_study_of_nodes_2_on_slurm_is_one_sbatch_of_2_nodes_srunning_radt_per_node(
+    tmp_path, monkeypatch
+):
+    """The job that `radt study.yaml --slurm` submits for `nodes: 2`: one task per node, the
+    script `srun`s radT, and each node's radT is the workload's command as a lone run with the
+    group's variables (the tests' Slurm has one node: tests/test_slurm.py runs it there)."""
+    import json
+
+    from radt.plans.multinode import node_argv, node_env
+    from radt.plans.read import read_plan
+    from radt.plans.study import expand, read_study
+    from radt.plans.studyrun import plan_rows, plan_text, write_plan
+    from radt.slurm.dispatch import Dispatch, SlurmRequest
+    from radt.slurm.options import slurm_options
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    path = tmp_path / "ddp.yaml"
+    path.write_text(
+        "name: ddp\nlisteners: top\ndevices: 0\nnodes: 2\nfile: train.py\n"
+        "parameters:\n  steps: {values: [4]}\nslurm: {partition: gpu}\n"
+    )
+    study = read_study(path, cwd=tmp_path)
+    plan_path = tmp_path / "ddp.plan.csv"
+    write_plan(plan_path, plan_text(study, plan_rows(study, expand(study), {}, {}, {}), False))
+    plan = read_plan(plan_path)
+    (workload,) = plan.workloads
+    dispatch = Dispatch(
+        plan_path,
+        slurm_options(study.slurm, {}),
+        SlurmRequest(node_args=["--interval", "0.5"]),
+        None,
+        "sqlite:///x.db",
+        parent_run_id="study1",
+        tags={"radt.study": "ddp"},
+        nodes=2,
+    )
+    args = dispatch._sbatch_args(workload)
+    assert args == ["--partition=gpu", "--gres=gpu:1", "--nodes=2", "--ntasks-per-node=1"]
+    script = dispatch._write_task_files(0, [workload])
+    last = script.read_text().splitlines()[-1]
+    tasks = next(dispatch.folder.glob("tasks-*.json"))
+    assert last == (
+        f"exec srun {sys.executable} -m radt {plan_path.resolve()} --slurm-task {tasks} "
+        "--interval 0.5"
+    )
+    assert json.loads(tasks.read_text())["nodes"] == 2
+
+    argv = node_argv(workload, "ddp", "study1", interval_s=0.5, radt=["radt"])
+    assert argv == [
+        *["radt", "-e", "ddp", "-l", "top", "-d", "0", "--interval", "0.5"],
+        *["--job", "train.py --steps 4"],
+        *["-t", "radt.study=ddp", "-t", "radt.workload=001", "-t", "mlflow.parentRunId=study1"],
+        *["--", "train.py", "--steps", "4"],  # radT runs a .py with its Python
+    ]
+    env = node_env({"PATH": "/bin"}, 2, 1, "gpu07", 21234)
+    assert env == {
+        "PATH": "/bin",
+        "RADT_NODES": "2",
+        "RADT_NODE_RANK": "1",
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "gpu07",
+        "PET_MASTER_PORT": "21234",
+    }
+
+
+@pytest.mark.slow
+def test_under_nsys_each_nodes_report_is_its_node_runs_artifact(workspace):
+    """`-l nsys` on both nodes (the fake nsys): each node run holds its own report, the job
+    run none."""
+    from test_listener_nsys import SCRIPT, artifact_paths, fake_env
+
+    workspace.script("work.py", SCRIPT)
+    base = {**fake_env(workspace), "RADT_NODES": "2", "RADT_GROUP_WAIT_S": "120"}
+    nodes = [
+        subprocess.Popen(
+            workspace.argv(["-l", "nsys", "--group", "prof", "work.py"]),
+            cwd=workspace.root,
+            env={**base, "RADT_NODE": "ab"[rank], "RADT_NODE_RANK": str(rank)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=default_signals,
+        )
+        for rank in (0, 1)
+    ]
+    assert finish(nodes) == [0, 0]
+    job, (a, b) = job_and_nodes(workspace)
+    assert job.info.status == "FINISHED"
+    client = workspace.client()
+    for node in (a, b):
+        assert artifact_paths(client, node.info.run_id, "radt/nsys") == [
+            "radt/nsys/kernels.csv",
+            "radt/nsys/report.nsys-rep",
+        ]
+        assert "system/nsys/kernels/count" in node.data.metrics
+    assert artifact_paths(client, job.info.run_id, "radt/nsys") == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_study_of_nodes_2_and_its_workload_runs_again(workspace, tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) reaches the study's radT and both local
+    nodes: every record ends, the workload is KILLED in the study file (so it runs again)."""
+    import os
+
+    import yaml
+
+    study = workspace.root / "ddp.yaml"
+    study.write_text(
+        "name: ddp\nlisteners: none\nnodes: 2\n"
+        f"file: {sys.executable} -m torch.distributed.run --nproc-per-node 1 {TRAIN}"
+        " --step-s 0.05\n"
+        "parameters:\n  steps: {values: [100000]}\n"
+    )
+    with (tmp_path / "study.log").open("w") as out:
+        radt = subprocess.Popen(
+            workspace.argv(["ddp.yaml"]),
+            cwd=workspace.root,
+            env=workspace.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=default_signals,
+            start_new_session=True,  # its own "terminal" process group
+        )
+    try:
+
+        def both_train() -> bool:
+            nodes = [r for r in workspace.runs("ddp") if r.data.tags.get(group.NODE_TAG)]
+            return len(nodes) == 2 and all(n.data.metrics.get("examples", 0) > 0 for n in nodes)
+
+        wait_for(both_train, timeout=240, interval=0.5)
+        os.killpg(radt.pid, signal.SIGINT)
+        code = radt.wait(timeout=300)
+    finally:
+        kill_quietly(radt.pid)
+    assert code == 130, (tmp_path / "study.log").read_text()
+    runs = workspace.runs("ddp")
+    (study_run,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    job, (a, b) = job_and_nodes_in(runs)
+    assert study_run.info.status == "KILLED"
+    assert {a.info.status, b.info.status} == {"KILLED"}
+    assert job.info.status == "FAILED" and "radT received SIGINT" in job.data.tags["radt.note"]
+    status = yaml.safe_load(study.read_text())["status"]
+    assert status == {1: f"KILLED {job.info.run_id} (--steps 100000 | 2 nodes)"}

@@ -391,3 +391,38 @@ def test_srun_of_two_radt_tasks_is_one_job_run_from_slurms_variables(ws, slurm):
     assert sorted(n.data.tags[group.NODE_TAG] for n in nodes) == ["t0", "t1"]
     assert sorted(n.data.tags[group.NODE_RANK_TAG] for n in nodes) == ["0", "1"]
     assert job.info.status == "FINISHED" and job.data.metrics["examples"] == 2 * 6 * 16
+
+
+@pytest.mark.slow
+def test_a_study_of_nodes_2_runs_as_one_job_of_two_radt_tasks(ws, slurm):
+    """Issue 21: `nodes: 2` is one Slurm job whose srun starts radT per task; the tests' Slurm
+    has one node, so `extra` asks for both tasks there, each named from its task id."""
+    import yaml
+
+    from radt.launch import group
+
+    train = Path(__file__).resolve().parents[1] / "examples" / "ddp_train.py"
+    ws.script(
+        "ddp.yaml",
+        "name: ddp\nexperiment: ddp\nlisteners: none\nnodes: 2\n"
+        f"file: {sys.executable} -m torch.distributed.run --nproc-per-node 1 {train}\n"
+        "parameters:\n  steps: {values: [4]}\n",
+    )
+    extra = "extra=--nodes=1;--ntasks-per-node=2"
+    done = ws.run(["ddp.yaml", "--slurm", "--slurm-option", extra], timeout=300)
+    assert done.returncode == 0, done.stderr
+    runs = ws.runs("ddp")
+    (job,) = [r for r in runs if r.data.tags.get(group.ROLE_TAG) == "job"]
+    nodes = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id]
+    (study_run,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert job.data.tags["mlflow.parentRunId"] == study_run.info.run_id
+    assert job.data.tags[group.GROUP_TAG] == f"slurm-{job.data.tags['radt.slurm.job_id']}.0"
+    assert job.data.tags[group.NODES_TAG] == "2"
+    assert sorted(n.data.tags[group.NODE_TAG] for n in nodes) == [
+        f"{slurm.node}-0",
+        f"{slurm.node}-1",
+    ]
+    assert job.info.status == "FINISHED" and job.data.metrics["examples"] == 2 * 4 * 16
+    status = yaml.safe_load((ws.root / "ddp.yaml").read_text())["status"]
+    assert status == {1: f"FINISHED {job.info.run_id} (--steps 4 | 2 nodes)"}
+    assert f"FINISHED, {job.info.run_id}" in (ws.root / "ddp.plan.csv").read_text()

@@ -336,6 +336,17 @@ def test_loader_dimension_runs_each_configuration_with_own_loaders_and_one_share
             "file: job.py\nloader: shared\nloader_file: nope.py\n",
             r"line 3: loader_file: File 'nope.py' not found",
         ),
+        ("file: job.py\nnodes: 0\n", r"line 2: nodes: 0 is not a positive whole number of nodes$"),
+        ("file: job.py\nnodes: two\n", r"line 2: nodes: 'two' is not a positive whole number"),
+        (
+            "file: job.py\nnodes: 2\ncollocation: mps x2\n",
+            r"line 3: collocation: mps x2 shares one GPU and cannot span nodes; with nodes: 2",
+        ),
+        (
+            "file: job.py\nnodes: 2\ncollocation: [none, 3g.40gb]\n",
+            r"line 3: collocation\[1\]: 3g.40gb shares one GPU and cannot span nodes",
+        ),
+        ("file: job.py\nnodes: 2\npower_limit: 150\n", r"line 3: power_limit: is not available"),
     ],
 )
 def test_bad_study_is_one_line_per_problem_with_its_key(tmp_path, text, expected):

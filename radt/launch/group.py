@@ -3,7 +3,8 @@ run (the parent) that the node of rank 0 creates and the other nodes join, and i
 
 A group is named by ``--group`` / ``RADT_GROUP``; without either, inside a Slurm step of more
 than one task by its job and step id, and under ``torchrun`` by its ``--rdzv-id``. The node name
-is ``RADT_NODE``, else Slurm's node name, else the host's; the node rank is ``RADT_NODE_RANK``,
+is ``RADT_NODE``, else Slurm's node name (with ``-<task id>`` when the step runs several radT
+tasks on one node), else the host's; the node rank is ``RADT_NODE_RANK``,
 else torchrun's ``--node-rank``, else Slurm's (``SLURM_NODEID``, or ``SLURM_PROCID`` when a step
 runs several radT tasks on one node).
 
@@ -147,8 +148,8 @@ def resolve(
             f"group {name!r} cannot be used: give up to 250 letters, digits and _ . : @ + / -"
         )
     rank_text = environ.get("RADT_NODE_RANK") or torch.get("node-rank")
+    one_per_node = not slurm or slurm[1] == slurm[2]
     if rank_text is None and slurm:
-        one_per_node = slurm[1] == slurm[2]
         rank_text = environ.get("SLURM_NODEID" if one_per_node else "SLURM_PROCID")
     rank = _int(rank_text) if rank_text is not None else 0
     if rank is None or rank < 0:
@@ -159,8 +160,27 @@ def resolve(
     nodes = _int(environ.get("RADT_NODES")) or _int(nnodes.rpartition(":")[2])
     if nodes is None and slurm:
         nodes = slurm[1]
-    node = environ.get("RADT_NODE") or environ.get("SLURMD_NODENAME") or socket.gethostname()
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if not one_per_node:  # several radT tasks of the step on one host: each its own node
+        node = f"{node}-{environ.get('SLURM_PROCID', rank)}"
+    node = environ.get("RADT_NODE") or node
     return Group(name, node, rank, nodes)
+
+
+def group_wait_s(environ: Mapping[str, str] | None = None) -> float:
+    """How long a node waits for its group (``RADT_GROUP_WAIT_S``, default 120 s): for the
+    job run to appear, and the node that ends last for the nodes that never joined.
+
+    Raises UsageError for a value that is not a number of seconds ≥ 0.
+    """
+    text = (os.environ if environ is None else environ).get("RADT_GROUP_WAIT_S") or ""
+    try:
+        wait_s = float(text) if text else WAIT_S
+    except ValueError:
+        wait_s = -1.0
+    if not wait_s >= 0:
+        raise UsageError(f"RADT_GROUP_WAIT_S={text!r} is not a number of seconds ≥ 0")
+    return wait_s
 
 
 def _job_filter(name: str) -> str:
@@ -204,7 +224,7 @@ def find_job_run(
     """The job run this node joins: the newest RUNNING one of the group with no node of this
     rank; waits up to ``wait_s`` (``RADT_GROUP_WAIT_S``) for it, then raises RadtError."""
     if wait_s is None:
-        wait_s = float(os.environ.get("RADT_GROUP_WAIT_S") or WAIT_S)
+        wait_s = group_wait_s()
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -229,27 +249,48 @@ def find_job_run(
         time.sleep(POLL_S)
 
 
-def end_job_run(client, experiment_id: str, job_run_id: str, expected: int | None) -> str | None:
+def end_job_run(
+    client, experiment_id: str, job_run_id: str, expected: int | None, wait_s: float = 0.0
+) -> str | None:
     """End the job run once every node it expects has ended; return its status, or None while
-    a node still runs. Best effort: a store that refuses leaves it to the next node."""
+    a node still runs. Best effort: a store that refuses leaves it to the next node.
+
+    When the group's node count is known (``expected``, else the job run's tag) and a rank has
+    no node run yet, waits up to ``wait_s`` for it to appear (it then ends the job run itself);
+    past that, or on Ctrl-C, the job run ends FAILED naming each rank that never joined.
+    """
+    deadline = time.monotonic() + wait_s
     try:
-        job = client.get_run(job_run_id)
-        if job.info.status != "RUNNING":
-            return job.info.status  # another node ended it
-        nodes = node_runs(client, experiment_id, job_run_id)
-        if expected is None:
-            expected = _int(job.data.tags.get(NODES_TAG))
-        if len(nodes) < (expected or len(nodes)) or any(
-            n.info.status in ("RUNNING", "SCHEDULED") for n in nodes
-        ):
-            return None
+        while True:
+            job = client.get_run(job_run_id)
+            if job.info.status != "RUNNING":
+                return job.info.status  # another node ended it
+            nodes = node_runs(client, experiment_id, job_run_id)
+            if any(n.info.status in ("RUNNING", "SCHEDULED") for n in nodes):
+                return None
+            if expected is None:
+                expected = _int(job.data.tags.get(NODES_TAG))
+            missing = _missing_ranks(nodes, expected)
+            if not missing or time.monotonic() >= deadline:
+                break
+            log.info(
+                "job run %s: waiting up to %g s for node rank %s, which has not joined",
+                job_run_id,
+                deadline - time.monotonic(),
+                ", ".join(map(str, missing)),
+            )
+            try:
+                time.sleep(min(POLL_S * 4, max(deadline - time.monotonic(), 0.0)))
+            except KeyboardInterrupt:
+                deadline = 0.0
         bad = sorted(
             (n for n in nodes if n.info.status != "FINISHED"), key=lambda n: n.info.end_time or 0
         )
-        status = "FAILED" if bad else "FINISHED"
-        if bad:
-            named = "; ".join(f"{n.data.tags.get(NODE_TAG, n.info.run_id)} {why(n)}" for n in bad)
-            client.set_tag(job_run_id, NOTE_TAG, f"node {named}"[:5000])
+        status = "FAILED" if bad or missing else "FINISHED"
+        named = [f"{n.data.tags.get(NODE_TAG, n.info.run_id)} {why(n)}" for n in bad]
+        named += [f"rank {rank} never joined" for rank in missing]
+        if named:
+            client.set_tag(job_run_id, NOTE_TAG, f"node {'; '.join(named)}"[:5000])
         try:
             from radt.analysis.distributed import store_job_figures
 
@@ -262,6 +303,15 @@ def end_job_run(client, experiment_id: str, job_run_id: str, expected: int | Non
     except Exception as exc:
         log.warning("could not end job run %s: %s", job_run_id, exc)
         return None
+
+
+def _missing_ranks(nodes: Sequence, expected: int | None) -> list[int]:
+    """The node ranks below ``expected`` that have no node run; none when the count is
+    unknown."""
+    if not expected or len(nodes) >= expected:
+        return []
+    present = {_int(n.data.tags.get(NODE_RANK_TAG)) for n in nodes}
+    return [rank for rank in range(expected) if rank not in present]
 
 
 def why(run) -> str:

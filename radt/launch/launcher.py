@@ -168,6 +168,7 @@ def launch(options: LaunchOptions) -> int:
         **options.tags,
     }
     node = group.resolve(options.group, options.command)
+    wait_s = group.group_wait_s() if node else 0.0
     job_run_id = _join(client, uri, exp_id, node, tags, options.run_name) if node else None
     try:
         run = RecordedRun(
@@ -196,7 +197,8 @@ def launch(options: LaunchOptions) -> int:
         return _supervise(options, argv, uri, original_env, run)
     finally:
         if job_run_id:
-            status = group.end_job_run(client, exp_id, job_run_id, node.nodes if node else None)
+            expected = node.nodes if node else None
+            status = group.end_job_run(client, exp_id, job_run_id, expected, wait_s)
             if status:
                 log.info(f"job run {job_run_id} of group {node.name if node else ''} {status}")
 

@@ -14,7 +14,8 @@ radT's extensions, each a list whose product with the parameters is the study:
 each training loads its own data; ``shared``: one shared loader, the command ``loader_file``,
 feeds every training of the workload, see
 :mod:`radt.plans.loader`), plus ``job`` (the Job name), ``seed`` (for ``method: random``),
-``autolog: true`` (every run counts its examples as ``radt --autolog`` does) and
+``autolog: true`` (every run counts its examples as ``radt --autolog`` does), ``nodes: N``
+(each workload is one distributed training across N nodes: :mod:`radt.plans.multinode`) and
 ``batch_size: {search: max, ...}`` (the largest batch that fits each device slot, searched by
 :mod:`radt.plans.batch`). Every problem is reported, one line each with its key and line,
 before anything starts.
@@ -68,6 +69,7 @@ EXTENSION_KEYS = (
     "loader_file",
     "slurm",
     "autolog",
+    "nodes",
 )
 KEYS = ORIGINAL_KEYS + EXTENSION_KEYS
 BATCH_KEYS = ("search", "flag", "min", "max", "power_of_two", "steps", "max_time")
@@ -160,6 +162,8 @@ class Study:
     parent: str | None = None
     autolog: bool = False
     """``autolog: true``: every run counts its examples as ``radt --autolog`` does."""
+    nodes: int = 1
+    """``nodes: N``: each workload is one training across N nodes, one job run."""
     slurm: dict = field(default_factory=dict)
     """The ``slurm:`` block as written (checked by :mod:`radt.slurm.options` with ``--slurm``)."""
     extended: set[str] = field(default_factory=set)
@@ -299,13 +303,15 @@ class _Reader:
         if not isinstance(autolog, bool):
             self.problem("autolog", f"{autolog!r} is not true or false")
             autolog = False
+        nodes = self.nodes(configurations, limits, gpu_clocks, loaders, batch)
         slurm = data.get("slurm") or {}
         if not isinstance(slurm, dict):
             self.problem("slurm", "a mapping of sbatch options, e.g. partition: gpu")
         extended = {
             key
             for key in EXTENSION_KEYS
-            if key in data and key not in ("job", "seed", "loader_file", "slurm", "autolog")
+            if key in data
+            and key not in ("job", "seed", "loader_file", "slurm", "autolog", "nodes")
         }
         if isinstance(data.get("collocation"), list):
             extended.add("collocation")
@@ -332,6 +338,7 @@ class _Reader:
             status=status,
             parent=parent,
             autolog=autolog,
+            nodes=nodes,
             slurm=slurm if isinstance(slurm, dict) else {},
             extended=extended,
             lines=self.lines,
@@ -356,6 +363,35 @@ class _Reader:
         if minimum is not None and value < minimum:
             self.problem(key, f"{value} must be at least {minimum}")
             return default
+        return value
+
+    def nodes(self, configurations, limits, gpu_clocks, loaders, batch) -> int:
+        """``nodes``: a positive whole number; above 1, what cannot span nodes is a problem."""
+        value = self.data.get("nodes", 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            self.problem("nodes", f"{value!r} is not a positive whole number of nodes")
+            return 1
+        if value == 1:
+            return 1
+        for i, configuration in enumerate(configurations):
+            if configuration.mode != Mode.NONE:
+                key = "collocation" if len(configurations) == 1 else f"collocation[{i}]"
+                self.problem(
+                    key,
+                    f"{configuration.label} shares one GPU and cannot span nodes; with "
+                    f"nodes: {value} each workload is one training alone on its GPUs (none)",
+                )
+        refused = {
+            "power_limit": any(cap is not None for cap in limits),
+            "gpu_clock": any(clock is not None for clock in gpu_clocks),
+            "loader": "shared" in loaders,
+            "batch_size": batch is not None,
+        }
+        for key, used in refused.items():
+            if used:
+                self.problem(
+                    key, f"is not available with nodes: {value} (one node's setting); remove it"
+                )
         return value
 
     def file(self) -> str:
@@ -685,6 +721,8 @@ def descriptor(
         parts.append(f"{gpu_clock_mhz} MHz")
     if loader != "own":
         parts.append(f"{loader} loader")
+    if study.nodes > 1:
+        parts.append(f"{study.nodes} nodes")
     if repeat > 1:
         parts.append(f"repeat {repeat}")
     text = " | ".join(part for part in parts if part)

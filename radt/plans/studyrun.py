@@ -362,6 +362,12 @@ def plan_text(study: Study, rows: list[dict[str, str]], searched: bool) -> str:
             f"# {study.batch.flag} is added to each row once its slot's largest batch size is "
             "found (when the study runs)."
         )
+    if study.nodes > 1:
+        lines.append(
+            f"# nodes: {study.nodes}: radT runs each workload as one training on "
+            f"{study.nodes} nodes (a job run with a node run per node); run the study, not this "
+            "plan."
+        )
     columns = LOADER_COLUMNS if "loader" in study.extended else PLAN_COLUMNS
     if "gpu_clock" in study.extended:
         at = columns.index("PowerLimit") + 1
@@ -594,6 +600,9 @@ class _Run:
             return self.on_slurm(store, client)
         status, code = "FAILED", 1
         try:
+            if self.study.nodes > 1:
+                code = self._on_nodes(plan, store)
+                return code
             plan = self._batch_sizes(store, plan)
             options = replace(
                 self.options,
@@ -608,7 +617,39 @@ class _Run:
             status, code = "KILLED", 130
             raise
         finally:
+            if self.study.nodes > 1:
+                status = "KILLED" if self.interrupted or code == 130 else self._outcome()
             self._close(client, status)
+        return code
+
+    def _on_nodes(self, plan, store) -> int:
+        """Without Slurm: each pending workload one training on ``nodes`` radT "nodes" of
+        this host (:func:`radt.plans.multinode.run_here`, for testing), one after the other."""
+        from radt.plans.multinode import run_here
+
+        client, uri, _ = store
+        code = 0
+        for workload in self.pending(plan):
+            status, run_id, interrupted = run_here(
+                workload,
+                self.study.nodes,
+                self.study.name,
+                self.run_id,
+                client,
+                uri,
+                self.experiment_id,
+                interval_s=self.options.interval_s,
+            )
+            self.interrupted = self.interrupted or interrupted
+            if interrupted and status != FINISHED:
+                status = "KILLED"  # runs again, as an interrupted workload does
+            plan.record(workload, {row.line: (status, run_id) for row in workload.rows})
+            self._record_status(workload.name, status, run_id)
+            log.info(f"workload {workload.label}: {status} (job run {run_id or 'none'})")
+            if self.interrupted:
+                return 130
+            if status != FINISHED:
+                code = 1
         return code
 
     def on_slurm(self, store: tuple, client=None) -> int:
@@ -628,6 +669,7 @@ class _Run:
                 parent_run_id=getattr(self, "run_id", None),
                 tags={RADT_STUDY: self.study.name},
                 record=self._record_status,
+                nodes=self.study.nodes,
             )
         except BaseException:
             if client is not None:

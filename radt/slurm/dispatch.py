@@ -29,6 +29,7 @@ from radt.slurm.commands import ENDINGS_KILLED, TaskState
 from radt.slurm.options import SBATCH_FLAGS, SlurmOptions
 from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
+    RADT_GROUP_ROLE,
     RADT_PLAN_LINE,
     RADT_SLURM_ARRAY_JOB_ID,
     RADT_SLURM_ARRAY_TASK_ID,
@@ -113,8 +114,12 @@ class Dispatch:
         parent_run_id: str | None = None,
         tags: dict[str, str] | None = None,
         record: StatusHook | None = None,
+        nodes: int = 1,
     ) -> None:
         self.plan_path = Path(plan_path).resolve()
+        self.nodes = nodes
+        """Above 1: each workload is one training across this many nodes (a study's
+        ``nodes:``), one radT per node under one ``srun``."""
         self.slurm = slurm
         self.request = request
         self.client = client
@@ -297,7 +302,11 @@ class Dispatch:
             ),
             max_results=1000,
         )
-        parents = [r for r in found if RADT_PLAN_LINE not in r.data.tags]
+        parents = [
+            r
+            for r in found
+            if RADT_PLAN_LINE not in r.data.tags and r.data.tags.get(RADT_GROUP_ROLE) != "node"
+        ]
         parent = max(parents, key=lambda r: r.info.start_time, default=None)
         for run in found:  # an earlier attempt of a requeued (e.g. preempted) job
             if parent is not None and run.info.run_id != parent.info.run_id:
@@ -362,7 +371,9 @@ class Dispatch:
         results = {}
         for row in workload.rows:
             run = rows.get(row.line)
-            if run is None:
+            if parent.data.tags.get(RADT_GROUP_ROLE) == "job":  # the nodes' job is the row's run
+                results[row.line] = (parent.info.status, parent.info.run_id)
+            elif run is None:
                 results[row.line] = ("KILLED" if ending in ENDINGS_KILLED else FAILED, "")
             else:
                 run = self.client.get_run(run.info.run_id)
@@ -399,6 +410,8 @@ class Dispatch:
                 args.append(f"{flag}={value}")
         if slurm.exclusive:
             args.append("--exclusive")
+        if self.nodes > 1:
+            args += [f"--nodes={self.nodes}", "--ntasks-per-node=1"]
         return args + list(slurm.extra)
 
     def _write_task_files(self, number: int, workloads: list[Workload]) -> Path:
@@ -415,12 +428,15 @@ class Dispatch:
                     "workloads": [w.label for w in workloads],
                     "parent_run_id": self.parent_run_id,
                     "tags": self.tags,
+                    "nodes": self.nodes,
                 },
                 indent=1,
             )
         )
         radt = ["radt"] if self.slurm.setup else [sys.executable, "-m", "radt"]
         command = [*radt, str(self.plan_path), "--slurm-task", str(tasks), *self.request.node_args]
+        if self.nodes > 1:  # one radT per node (task): the group is this step
+            command = ["srun", *command]
         lines = [
             "#!/bin/bash",
             f"# radT: task i of this array runs workload i of {tasks.name} in {self.plan_path}",
@@ -443,6 +459,7 @@ def run_on_slurm(
     parent_run_id: str | None = None,
     tags: dict[str, str] | None = None,
     record: StatusHook | None = None,
+    nodes: int = 1,
 ) -> int:
     """Record what ended, submit what ``select`` picks that is not already in Slurm, and
     (unless detached) wait for every job; return 0 when all finished, 1 if not, 130 on Ctrl-C."""
@@ -456,6 +473,7 @@ def run_on_slurm(
         parent_run_id=parent_run_id,
         tags=tags,
         record=record,
+        nodes=nodes,
     )
     active = set(dispatch.refresh()) if not request.dry_run else set(dispatch.jobs)
     plan = read_plan(dispatch.plan_path)

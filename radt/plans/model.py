@@ -6,7 +6,7 @@ and new ones: ``PowerLimit`` (watts), ``Env`` (``KEY=VALUE ...``), ``Job``
 (what is trained: the baseline a run is compared with), ``WarmupEpochs`` /
 ``WarmupS`` (where the run's steady-state window starts), ``Role``
 (``loader`` marks the workload's shared data loader) and ``Autolog`` (``yes``: the run
-counts its examples as ``radt --autolog`` does).
+counts its examples as ``radt --autolog`` does); :data:`radt.plans.columns.TABLE` lists them.
 Rows with the same Experiment and Workload run together as one workload.
 """
 

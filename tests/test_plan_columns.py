@@ -3,12 +3,13 @@ checked, written back and reaches the row's run, with no other code."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import default_signals
+from conftest import REPO, default_signals
 
 from radt.plans import columns
 from radt.plans.columns import PlanColumn
@@ -150,3 +151,24 @@ def test_a_column_only_in_the_table_reaches_the_run_of_a_real_plan(workspace):
     assert runs["one-A"].data.tags["radt.test_seed"] == "7"
     assert "radt.test_seed" not in runs["two-A"].data.tags
     assert "seed 7" in done.stdout and "seed None" in done.stdout
+
+
+# A study's Job is derived per workload (from its file and params, or the study's job: key).
+OWN_CODE = {("radt/plans/studyrun.py", "Job")}
+
+
+def test_no_product_code_but_the_table_names_a_table_drawn_column():
+    """The promise of docs/architecture.md's "How to add… a plan column": a column with a
+    parser is named (as its header spelling or as ``row.<field>``) nowhere but in the table."""
+    found = []
+    for folder in ("radt", "listeners", "frontend"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            where = str(path.relative_to(REPO))
+            if where == "radt/plans/columns.py":
+                continue
+            code = path.read_text()
+            for column in columns.drawn():
+                named = re.search(rf"[\"']{column.name}[\"']|\brow\.{column.field}\b", code)
+                if named and (where, column.name) not in OWN_CODE:
+                    found.append(f"{where}: {named.group()}")
+    assert found == []

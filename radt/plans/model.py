@@ -94,7 +94,7 @@ class Row:
     role: str = ""  # "loader", "consumer" (a training fed by the loader) or ""
     values: dict[str, Any] = field(default_factory=dict)
     """The columns drawn from :data:`radt.plans.columns.TABLE` (Row field → value), read as
-    attributes: ``row.job``, ``row.autolog``; an absent one is its column's default."""
+    attributes (``row.<field>``); an absent one is its column's default."""
 
     def __getattr__(self, name: str) -> Any:
         column = columns.by_field(name) if name != "values" else None

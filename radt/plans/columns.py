@@ -190,3 +190,9 @@ def study_cells(values: Mapping[str, Any]) -> dict[str, str]:
             value = values.get(column.field, column.default)
             cells[column.name] = EMPTY_CELL if value == column.default else column.text(value)
     return cells
+
+
+def study_columns(values: Mapping[str, Any]) -> list[str]:
+    """The columns a study's plan has for its keys that are columns: those it gives a value
+    other than the default."""
+    return [column.name for column in _given(values) if column.study_key]

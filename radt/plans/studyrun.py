@@ -350,16 +350,6 @@ def plan_rows(
     return rows
 
 
-def _study_columns(study: Study) -> list[columns.PlanColumn]:
-    """The table's columns whose study key the study gives a value other than the default."""
-    return [
-        column
-        for column in columns.drawn()
-        if column.study_key
-        and study.column_values.get(column.field, column.default) != column.default
-    ]
-
-
 def plan_text(study: Study, rows: list[dict[str, str]], searched: bool) -> str:
     """The plan CSV: a comment header, the column line, the rows."""
     lines = [
@@ -376,7 +366,7 @@ def plan_text(study: Study, rows: list[dict[str, str]], searched: bool) -> str:
     if "gpu_clock" in study.extended:
         at = names.index("PowerLimit") + 1
         names = (*names[:at], "GpuClock", *names[at:])
-    names = (*names, *(column.name for column in _study_columns(study)))
+    names = (*names, *columns.study_columns(study.column_values))
     lines.append(", ".join(names))
     for row in rows:
         lines.append(", ".join(_quote(row[name]) for name in names))

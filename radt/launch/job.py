@@ -78,11 +78,3 @@ class JobInputs:
         if self.warmup_s is not None:
             tags[RADT_WARMUP_S] = f"{self.warmup_s:g}"
         return tags
-
-    def with_row(
-        self, job: str | None, warmup_epochs: int | None, warmup_s: float | None
-    ) -> JobInputs:
-        """These inputs under a plan row's own: the row's Job, and its warm-up if it gives one."""
-        if warmup_epochs is None and warmup_s is None:
-            warmup_epochs, warmup_s = self.warmup_epochs, self.warmup_s
-        return JobInputs(job or self.job, self.job_ignore, warmup_epochs, warmup_s)

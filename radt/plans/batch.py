@@ -331,7 +331,7 @@ class Searcher:
                     power_limit_w=None,
                     env={"RADT_MAX_STEPS": str(self.spec.steps)},
                     letter=chr(ord("A") + position),
-                    job=slot.job,
+                    values={"job": slot.job},
                 )
             )
         plan = _ProbePlan(self.study.path, workload)

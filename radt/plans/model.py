@@ -6,7 +6,7 @@ and new ones: ``PowerLimit`` (watts), ``Env`` (``KEY=VALUE ...``), ``Job``
 (what is trained: the baseline a run is compared with), ``WarmupEpochs`` /
 ``WarmupS`` (where the run's steady-state window starts), ``Role``
 (``loader`` marks the workload's shared data loader) and ``Autolog`` (``yes``: the run
-counts its examples as ``radt --autolog`` does).
+counts its examples as ``radt --autolog`` does); :data:`radt.plans.columns.TABLE` lists them.
 Rows with the same Experiment and Workload run together as one workload.
 """
 
@@ -15,31 +15,15 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from radt.errors import UsageError
+from radt.plans import columns
 from radt.tags import LOADER_ROLE, Mode
 from radt.words import count
 
-COLUMNS = (
-    "Experiment",
-    "Workload",
-    "Name",
-    "Status",
-    "Run",
-    "Devices",
-    "Collocation",
-    "Listeners",
-    "File",
-    "Params",
-    "PowerLimit",
-    "GpuClock",
-    "Env",
-    "Job",
-    "WarmupEpochs",
-    "WarmupS",
-    "Role",
-    "Autolog",
-)
+COLUMNS = columns.names()
+"""Every column a plan may have, in order (:data:`radt.plans.columns.TABLE`)."""
 REQUIRED = ("Experiment", "Workload", "File")
 FINISHED, FAILED = "FINISHED", "FAILED"
 MAX_COMPUTE_SLICES = 7
@@ -106,12 +90,17 @@ class Row:
     env: dict[str, str]
     letter: str = ""  # "A", "B", … in row order within the workload; "L" for a loader
     name: str = ""  # the optional Name column (a run name), "" when absent
-    job: str | None = None  # the Job column; None: derived from the command
-    warmup_epochs: int | None = None  # the WarmupEpochs column
-    warmup_s: float | None = None  # the WarmupS column
     gpu_clock_mhz: int | None = None  # the GpuClock column: the SM clock to lock, MHz
     role: str = ""  # "loader", "consumer" (a training fed by the loader) or ""
-    autolog: bool = False  # the Autolog column: count examples as `radt --autolog` does
+    values: dict[str, Any] = field(default_factory=dict)
+    """The columns drawn from :data:`radt.plans.columns.TABLE` (Row field → value), read as
+    attributes (``row.<field>``); an absent one is its column's default."""
+
+    def __getattr__(self, name: str) -> Any:
+        column = columns.by_field(name) if name != "values" else None
+        if column is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return self.values.get(name, column.default)
 
     @property
     def command(self) -> list[str]:

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Mapping
 
 from radt.errors import RadtError
+from radt.plans import columns
 from radt.plans.model import FAILED, Workload
 from radt.tags import MLFLOW_PARENT_RUN_ID, RADT_STUDY, RADT_WORKLOAD, tag_filter
 
@@ -48,10 +49,7 @@ def node_argv(
         argv += ["-d", "+".join(row.devices)]
     if interval_s is not None:
         argv += ["--interval", f"{interval_s:g}"]
-    if row.job:
-        argv += ["--job", row.job]
-    if row.autolog:
-        argv.append("--autolog")
+    argv += columns.radt_flags(row.values)
     tags = {RADT_STUDY: study, RADT_WORKLOAD: workload.name}
     if parent_run_id:
         tags[MLFLOW_PARENT_RUN_ID] = parent_run_id

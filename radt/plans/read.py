@@ -17,11 +17,11 @@ import math
 import re
 import shlex
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from radt.launch.job import parse_job, parse_warmup_epochs, parse_warmup_s
+from radt.plans import columns as table
 from radt.plans.model import (
-    COLUMNS,
     CONSUMER,
     EMPTY,
     LOADER,
@@ -168,17 +168,6 @@ def _optional(column: str, parse: Callable[[str], object]) -> Callable[[str], ob
     return parsed
 
 
-def _parse_autolog(text: str) -> bool:
-    value = clean(text).lower()
-    if value in ("", "no", "false"):
-        return False
-    if value in ("yes", "true"):
-        return True
-    raise ValueError(
-        f"Autolog {clean(text)!r} is not yes or no (yes: count examples as radt --autolog does)"
-    )
-
-
 def _parse_role(text: str) -> str:
     value = clean(text).lower()
     if value not in ("", LOADER, CONSUMER):
@@ -231,7 +220,20 @@ def _column_key(name: str) -> str:
     return re.sub(r"[\s_-]+", "", name).lower()
 
 
-_CANONICAL = {_column_key(name): name for name in COLUMNS}
+def _canonical() -> dict[str, str]:
+    """Column key → the column's name, for every column of the table."""
+    return {_column_key(name): name for name in table.names()}
+
+
+def _parse_cell(column: table.PlanColumn, text: str) -> object:
+    """A table-drawn column's cell: empty is the column's default, a bad value names it."""
+    value = clean(text)
+    if not value or column.parse is None:
+        return column.default
+    try:
+        return column.parse(value)
+    except ValueError as err:
+        raise ValueError(f"{column.name} {err}") from None
 
 
 def read_header(record: CsvRecord) -> tuple[list[str | None], list[Problem]]:
@@ -243,8 +245,9 @@ def read_header(record: CsvRecord) -> tuple[list[str | None], list[Problem]]:
     columns: list[str | None] = []
     problems: list[Problem] = []
     seen: dict[str, int] = {}
+    canonical_names = _canonical()
     for position, name in enumerate(record.cells, start=1):
-        canonical = _CANONICAL.get(_column_key(name)) if name else ""
+        canonical = canonical_names.get(_column_key(name)) if name else ""
         if canonical is None:
             problems.append(Problem(record.first, _unknown_column(name)))
         elif canonical in seen:
@@ -259,7 +262,9 @@ def read_header(record: CsvRecord) -> tuple[list[str | None], list[Problem]]:
             seen[canonical] = position
         columns.append(canonical)
     if problems and not seen:
-        message = "the first row is not a header; it must name the columns: " + ", ".join(COLUMNS)
+        message = "the first row is not a header; it must name the columns: " + ", ".join(
+            table.names()
+        )
         return columns, [Problem(record.first, message)]
     missing = [name for name in REQUIRED if name not in seen]
     if missing:
@@ -274,9 +279,10 @@ def read_header(record: CsvRecord) -> tuple[list[str | None], list[Problem]]:
 
 
 def _unknown_column(name: str) -> str:
-    close = difflib.get_close_matches(_column_key(name), list(_CANONICAL), n=1, cutoff=0.7)
-    hint = f"; did you mean {_CANONICAL[close[0]]!r}?" if close else ""
-    return f"unknown column {name!r} (allowed: {', '.join(COLUMNS)}){hint}"
+    canonical = _canonical()
+    close = difflib.get_close_matches(_column_key(name), list(canonical), n=1, cutoff=0.7)
+    hint = f"; did you mean {canonical[close[0]]!r}?" if close else ""
+    return f"unknown column {name!r} (allowed: {', '.join(table.names())}){hint}"
 
 
 def _shape_problems(record: CsvRecord, columns: list[str | None]) -> list[str]:
@@ -327,14 +333,14 @@ def _build_row(
         power_limit_w=parsed(_parse_power, "PowerLimit"),
         gpu_clock_mhz=parsed(_optional("GpuClock", parse_gpu_clock), "GpuClock"),
         env=parsed(_parse_env, "Env"),
-        job=parsed(_optional("Job", parse_job), "Job"),
-        warmup_epochs=parsed(_optional("WarmupEpochs", parse_warmup_epochs), "WarmupEpochs"),
-        warmup_s=parsed(_optional("WarmupS", parse_warmup_s), "WarmupS"),
-        role=parsed(_parse_role, "Role"),
-        autolog=parsed(_parse_autolog, "Autolog"),
     )
-    if fields["warmup_epochs"] is not None and fields["warmup_s"] is not None:
-        errors.append("give WarmupEpochs or WarmupS, not both")
+    drawn: dict[str, object] = {}
+    for spec in table.TABLE:  # in the table's order, so that a row's problems are too
+        if spec.parse is not None:
+            drawn[spec.field] = parsed(partial(_parse_cell, spec), spec.name)
+        elif spec.name == "Role":
+            fields["role"] = parsed(_parse_role, "Role")
+    errors.extend(table.both_given(drawn))
     if fields["devices"] is not None and fields["collocation"] is not None:
         errors.extend(_mig_device_problems(fields["collocation"], fields["devices"]))
     if fields["role"] == LOADER:
@@ -351,6 +357,7 @@ def _build_row(
         status=_parse_status(values.get("Status", "")),
         run=clean(values.get("Run", "")),
         name=clean(values.get("Name", "")),
+        values=drawn,
         **fields,  # type: ignore[arg-type]
     )
     return row, []

@@ -31,6 +31,7 @@ from radt.launch.registry import Discovered, check_options, discover, select
 from radt.launch.session import RecordedRun, start_run
 from radt.launch.supervise import Outcome, Supervisor, ended
 from radt.listener import Client, Listener
+from radt.plans import columns
 from radt.plans.loader import LoaderPorts, SharedLoader
 from radt.plans.model import FAILED, FINISHED, Plan, PlanError, Row, Workload, format_problems
 from radt.plans.read import read_plan
@@ -502,7 +503,7 @@ class WorkloadRunner:
                     **slot.tags,
                     RADT_LETTER: row.letter,
                     RADT_PLAN_LINE: str(row.line),
-                    **self.options.job.with_row(row.job, row.warmup_epochs, row.warmup_s).tags(),
+                    **columns.run_tags(row.values, self.options.job.tags()),
                     RADT_WORKDIR: str(cwd),
                     **self.options.tags,
                     **({RADT_ROLE: row.role} if row.role else {}),
@@ -519,12 +520,12 @@ class WorkloadRunner:
             listener_options=self.options.listener_options,
         )
         env = child_env(
-            {**self.original_env, **row.env},
+            {**self.original_env, **row.env, **columns.run_env(row.values)},
             absolute_store(self.uri),
             run,
             [],
             self.options.max_epochs,
-            row.autolog or self.options.autolog,
+            **columns.launch_options(row.values, self.options),
         )
         env.update(slot.env)
         env.update(self.loader_env)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from radt.errors import UsageError
+from radt.plans import columns
 from radt.plans.model import MAX_COMPUTE_SLICES, Collocation
 from radt.plans.read import (
     _parse_devices,
@@ -58,6 +59,8 @@ ORIGINAL_KEYS = (
     "status",
     "parent",
 )
+STUDY_COLUMN_KEYS = tuple(column.study_key for column in columns.drawn() if column.study_key)
+"""Study keys that are plan columns: every row of the study's plan gets the value."""
 EXTENSION_KEYS = (
     "power_limit",
     "gpu_clock",
@@ -68,8 +71,8 @@ EXTENSION_KEYS = (
     "loader",
     "loader_file",
     "slurm",
-    "autolog",
     "nodes",
+    *STUDY_COLUMN_KEYS,
 )
 KEYS = ORIGINAL_KEYS + EXTENSION_KEYS
 BATCH_KEYS = ("search", "flag", "min", "max", "power_of_two", "steps", "max_time")
@@ -160,10 +163,11 @@ class Study:
     """The ``gpu_clock`` dimension: MHz to lock, None for the driver's default."""
     status: dict[int, str] = field(default_factory=dict)
     parent: str | None = None
-    autolog: bool = False
-    """``autolog: true``: every run counts its examples as ``radt --autolog`` does."""
     nodes: int = 1
     """``nodes: N``: each workload is one training across N nodes, one job run."""
+    column_values: dict[str, Any] = field(default_factory=dict)
+    """The study keys that are plan columns (:data:`radt.plans.columns.TABLE`'s
+    ``study_key``), as Row field → value; absent: the column's default."""
     slurm: dict = field(default_factory=dict)
     """The ``slurm:`` block as written (checked by :mod:`radt.slurm.options` with ``--slurm``)."""
     extended: set[str] = field(default_factory=set)
@@ -299,11 +303,8 @@ class _Reader:
         loader_file = self.loader_file(loaders)
         status = self.status()
         parent = self.text("parent") or None
-        autolog = data.get("autolog", False)
-        if not isinstance(autolog, bool):
-            self.problem("autolog", f"{autolog!r} is not true or false")
-            autolog = False
         nodes = self.nodes(configurations, limits, gpu_clocks, loaders, batch)
+        column_values = self.column_values()
         slurm = data.get("slurm") or {}
         if not isinstance(slurm, dict):
             self.problem("slurm", "a mapping of sbatch options, e.g. partition: gpu")
@@ -311,7 +312,8 @@ class _Reader:
             key
             for key in EXTENSION_KEYS
             if key in data
-            and key not in ("job", "seed", "loader_file", "slurm", "autolog", "nodes")
+            and key not in ("job", "seed", "loader_file", "slurm", "nodes")
+            and key not in STUDY_COLUMN_KEYS
         }
         if isinstance(data.get("collocation"), list):
             extended.add("collocation")
@@ -337,14 +339,27 @@ class _Reader:
             loader_file=loader_file,
             status=status,
             parent=parent,
-            autolog=autolog,
             nodes=nodes,
+            column_values=column_values,
             slurm=slurm if isinstance(slurm, dict) else {},
             extended=extended,
             lines=self.lines,
         )
 
     # ----------------------------------------------------------------- scalar keys
+
+    def column_values(self) -> dict[str, Any]:
+        """The values of the study keys that become plan columns in every row."""
+        found: dict[str, Any] = {}
+        for column in columns.drawn():
+            if column.study_key is None or column.study_parse is None:
+                continue
+            if column.study_key in self.data:
+                try:
+                    found[column.field] = column.study_parse(self.data[column.study_key])
+                except ValueError as err:
+                    self.problem(column.study_key, str(err))
+        return found
 
     def text(self, key: str) -> str:
         value = self.data.get(key)

@@ -24,7 +24,7 @@ from radt.collocation.common import find_gpu, list_gpus, mig_mode, watts
 from radt.errors import RadtError, UsageError
 from radt.launch.launcher import open_store
 from radt.launch.registry import Discovered, discover, select
-from radt.plans import batch
+from radt.plans import batch, columns
 from radt.plans.model import FAILED, FINISHED, PlanError, Workload, clean
 from radt.plans.read import read_plan
 from radt.plans.runner import (
@@ -343,7 +343,7 @@ def plan_rows(
                     "Run": old_run if status and old_status == status else "",
                     "Devices": study.devices or "-",
                     "Listeners": study.listeners or "-",
-                    "Autolog": "yes" if study.autolog else "-",
+                    **columns.study_cells(study.column_values),
                     **row,
                 }
             )
@@ -368,15 +368,14 @@ def plan_text(study: Study, rows: list[dict[str, str]], searched: bool) -> str:
             f"{study.nodes} nodes (a job run with a node run per node); run the study, not this "
             "plan."
         )
-    columns = LOADER_COLUMNS if "loader" in study.extended else PLAN_COLUMNS
+    names = LOADER_COLUMNS if "loader" in study.extended else PLAN_COLUMNS
     if "gpu_clock" in study.extended:
-        at = columns.index("PowerLimit") + 1
-        columns = (*columns[:at], "GpuClock", *columns[at:])
-    if study.autolog:
-        columns = (*columns, "Autolog")
-    lines.append(", ".join(columns))
+        at = names.index("PowerLimit") + 1
+        names = (*names[:at], "GpuClock", *names[at:])
+    names = (*names, *columns.study_columns(study.column_values))
+    lines.append(", ".join(names))
     for row in rows:
-        lines.append(", ".join(_quote(row[column]) for column in columns))
+        lines.append(", ".join(_quote(row[name]) for name in names))
     return "\n".join(lines) + "\n"
 
 

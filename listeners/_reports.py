@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from radt import placeholders
-
 DEFAULT_TIMEOUT_S = 900.0
 
 # Time units as the tools spell them: nsys ``--timeunit`` column suffixes and
@@ -111,15 +109,6 @@ def timeout_option(options: dict[str, str], warn: Callable[[str], None], name: s
         pass
     warn(f"listener {name}: ignoring timeout_s={raw!r} (not a positive number)")
     return DEFAULT_TIMEOUT_S
-
-
-def number(text: str) -> float:
-    """A report's value by :func:`radt.placeholders.number`'s rule; a missing one (``N/A``)
-    raises ValueError too, as a line of the report without it is skipped and counted."""
-    value = placeholders.number(text)
-    if value is None:
-        raise ValueError(f"no value: {text.strip()!r}")
-    return value
 
 
 def ns_per(unit: str) -> float:

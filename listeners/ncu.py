@@ -44,13 +44,13 @@ from radt.listener import (
     WrappingListener,
     samples_from,
 )
+from radt.placeholders import number
 from radt.tags import RADT_NCU_SKIPPED_LINES
 from radt.words import count
 
 from ._reports import (
     DEFAULT_TIMEOUT_S,
     ns_per,
-    number,
     read_table,
     run_tool,
     timeout_option,
@@ -139,7 +139,10 @@ def parse_details(text: str) -> LaunchSummary | None:
         )
         if wanted:
             try:
-                duration = number(row["Metric Value"]) * ns_per(row["Metric Unit"])
+                value = number(row["Metric Value"])
+                if value is None:
+                    raise ValueError("no value")
+                duration = value * ns_per(row["Metric Unit"])
                 if duration < 0:
                     raise ValueError("negative duration")
             except ValueError:

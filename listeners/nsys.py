@@ -62,6 +62,7 @@ from radt.listener import (
     WrappingListener,
     samples_from,
 )
+from radt.placeholders import number
 from radt.tags import (
     RADT_NSYS_REPORT,
     RADT_NSYS_SKIPPED_LINES,
@@ -73,7 +74,6 @@ from ._reports import (
     DEFAULT_TIMEOUT_S,
     ToolResult,
     ns_per,
-    number,
     read_table,
     run_tool,
     timeout_option,
@@ -137,9 +137,12 @@ def parse_kernel_summary(text: str) -> KernelSummary | None:
     names: set[str] = set()
     for row in table.rows:
         try:
-            total = number(row[column]) * scale
+            time = number(row[column])
             launches = number(row["Instances"])
             name = row["Name"]
+            if time is None or launches is None:
+                raise ValueError(f"no value: {row}")
+            total = time * scale
             if total < 0 or launches < 0 or launches != int(launches) or not name.strip():
                 raise ValueError(f"not a kernel row: {row}")
         except (KeyError, ValueError):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from radt import tools
 from radt.listener import (
     CAPTURES,
     DEFAULT_RANGE,
@@ -52,7 +53,6 @@ from ._reports import (
     DEFAULT_TIMEOUT_S,
     ns_per,
     read_table,
-    run_tool,
     timeout_option,
     write_csv,
 )
@@ -217,9 +217,9 @@ class NcuListener(WrappingListener):
             )
             return
         run.attach(report, ARTIFACT_DIR)
-        result = run_tool(
+        result = tools.run(
             ["ncu", "--import", str(report), "--csv", "--page", "details"],
-            timeout_option(run.options, run.warn, self.name),
+            timeout_s=timeout_option(run.options, run.warn, self.name),
         )
         summary = parse_details(result.stdout)
         if summary is None:

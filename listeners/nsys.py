@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from radt import tools
 from radt.listener import (
     CAPTURES,
     DEFAULT_RANGE,
@@ -72,10 +73,8 @@ from radt.words import count
 
 from ._reports import (
     DEFAULT_TIMEOUT_S,
-    ToolResult,
     ns_per,
     read_table,
-    run_tool,
     timeout_option,
     unit_of_column,
     write_csv,
@@ -266,9 +265,9 @@ class NsysListener(WrappingListener):
     ) -> tuple[KernelSummary | None, str, str]:
         """Ask ``nsys stats`` for the kernel summary: (summary, report name used, why not)."""
         timeout_s = timeout_option(run.options, run.warn, self.name)
-        first: ToolResult | None = None
+        first: tools.ToolResult | None = None
         for name in REPORT_NAMES:
-            result = run_tool(
+            result = tools.run(
                 [
                     "nsys",
                     "stats",
@@ -279,7 +278,7 @@ class NsysListener(WrappingListener):
                     "--force-export=true",
                     str(report),
                 ],
-                timeout_s,
+                timeout_s=timeout_s,
             )
             summary = parse_kernel_summary(result.stdout)
             if summary is not None:

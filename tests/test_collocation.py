@@ -84,7 +84,7 @@ class FakeGpu:
     def changing_calls(self) -> list[list[str]]:
         return [argv for argv in self.smi_calls() if any(a in CHANGING for a in argv)]
 
-    def smi(self, *args: str) -> nvsmi.Result:
+    def smi(self, *args: str) -> nvsmi.ToolResult:
         return nvsmi.run(["nvidia-smi", *args])
 
 

@@ -13,11 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from radt.gpus import GpuListing as Gpu
-from radt.gpus import MigDevice, parse_list
+from radt.gpus import MigDevice
 from radt.slurm.jobenv import job_gpus
-
-parse_nvidia_smi_l = parse_list
-"""Parse ``nvidia-smi -L`` output, modern and R450 MIG formats alike."""
 
 
 def requested(devices: Sequence[str]) -> list[str]:

@@ -1,25 +1,18 @@
-"""What the wrapping listeners (``nsys``, ``ncu``) share: running a report tool, reading its CSV.
+"""What the wrapping listeners (``nsys``, ``ncu``) share: a report tool's time limit, its CSV.
 
-A report tool is run with a time limit, in a session of its own (so a timeout
-kills the helpers it started too), and its outcome is kept whole: exit status,
-output, and why it failed in a few words. Its CSV is read leniently: the
+A report tool is run by :func:`radt.tools.run` (which never raises: the result
+says why it failed) within the ``timeout_s`` listener option. Its CSV is read leniently: the
 lines a tool prints before the table are passed over, and a line of the table
 that cannot be read (truncated, garbage) is skipped and counted, never fatal.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import os
 import re
-import signal
-import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from radt import placeholders
 
 DEFAULT_TIMEOUT_S = 900.0
 
@@ -38,66 +31,6 @@ _NS_PER_UNIT = {
 }
 
 
-@dataclass
-class ToolResult:
-    """The outcome of one run of a report tool."""
-
-    argv: list[str]
-    returncode: int | None
-    """None when the tool could not be started or ran out of time."""
-    stdout: str = ""
-    stderr: str = ""
-    error: str | None = None
-    """Why the tool did not run to the end ("timed out after 900 s", "not found")."""
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and self.error is None
-
-    def reason(self) -> str:
-        """Why it failed, in one line: the error, or the exit status and the tool's last words."""
-        if self.error:
-            return self.error
-        said = last_line(self.stderr) or last_line(self.stdout)
-        return f"exit status {self.returncode}" + (f": {said}" if said else "")
-
-
-def last_line(text: str, limit: int = 200) -> str:
-    """The last non-blank line of ``text``, stripped and cut to ``limit`` characters."""
-    for line in reversed(text.splitlines()):
-        if line.strip():
-            line = line.strip()
-            return line if len(line) <= limit else line[: limit - 1] + "…"
-    return ""
-
-
-def run_tool(argv: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> ToolResult:
-    """Run a report tool to completion and keep what it said; never raises."""
-    argv = [str(a) for a in argv]
-    try:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return ToolResult(argv, None, error=f"cannot run {argv[0]}: {exc.strerror or exc}")
-    try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        return ToolResult(
-            argv, None, stdout, stderr, error=f"{argv[0]} timed out after {timeout_s:g} s"
-        )
-    return ToolResult(argv, process.returncode, stdout, stderr)
-
-
 def timeout_option(options: dict[str, str], warn: Callable[[str], None], name: str) -> float:
     """The ``timeout_s`` listener option, or the default when absent or not a positive number."""
     raw = options.get("timeout_s")
@@ -111,15 +44,6 @@ def timeout_option(options: dict[str, str], warn: Callable[[str], None], name: s
         pass
     warn(f"listener {name}: ignoring timeout_s={raw!r} (not a positive number)")
     return DEFAULT_TIMEOUT_S
-
-
-def number(text: str) -> float:
-    """A report's value by :func:`radt.placeholders.number`'s rule; a missing one (``N/A``)
-    raises ValueError too, as a line of the report without it is skipped and counted."""
-    value = placeholders.number(text)
-    if value is None:
-        raise ValueError(f"no value: {text.strip()!r}")
-    return value
 
 
 def ns_per(unit: str) -> float:

@@ -39,6 +39,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from radt import tools
 from radt.listener import (
     GPU_ENERGY,
     GPU_POWER,
@@ -55,7 +56,7 @@ from radt.tags import RADT_DCGM_FIELDS
 from radt.words import count
 
 from ._gpus import requested
-from ._tools import ToolError, first_sentence, found, gpus_of_run, run_tool
+from ._tools import TOOL_TIMEOUT_S, ToolError, first_sentence, found, gpus_of_run
 
 PROFILING_FIELDS: dict[int, tuple[str, str]] = {
     1001: ("GRACT", "gract_ratio"),
@@ -168,10 +169,10 @@ class DcgmListener(DeviceListener, StreamedListener):
         if not found("dcgmi"):
             return "dcgmi not found"
         try:
-            done = run_tool(["dcgmi", "discovery", "-c"])
+            done = tools.run(["dcgmi", "discovery", "-c"], timeout_s=TOOL_TIMEOUT_S).ran()
         except ToolError as exc:
             return str(exc)
-        if hostengine_down(done.text):
+        if hostengine_down(done.output):
             return HOSTENGINE_DOWN
         if done.returncode != 0:
             reason = first_sentence(done.first_line())
@@ -225,10 +226,10 @@ class DcgmListener(DeviceListener, StreamedListener):
 
     def _discover(self, run: RunContext) -> Hierarchy:
         try:
-            done = run_tool(["dcgmi", "discovery", "-c"])
+            done = tools.run(["dcgmi", "discovery", "-c"], timeout_s=TOOL_TIMEOUT_S).ran()
         except ToolError as exc:
             raise RuntimeError(str(exc)) from None
-        if hostengine_down(done.text):
+        if hostengine_down(done.output):
             raise RuntimeError(HOSTENGINE_DOWN)
         if done.returncode != 0:
             run.warn(

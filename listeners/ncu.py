@@ -36,6 +36,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from radt import tools
 from radt.listener import (
     CAPTURES,
     DEFAULT_RANGE,
@@ -44,15 +45,14 @@ from radt.listener import (
     WrappingListener,
     samples_from,
 )
+from radt.placeholders import number
 from radt.tags import RADT_NCU_SKIPPED_LINES
 from radt.words import count
 
 from ._reports import (
     DEFAULT_TIMEOUT_S,
     ns_per,
-    number,
     read_table,
-    run_tool,
     timeout_option,
     write_csv,
 )
@@ -139,7 +139,10 @@ def parse_details(text: str) -> LaunchSummary | None:
         )
         if wanted:
             try:
-                duration = number(row["Metric Value"]) * ns_per(row["Metric Unit"])
+                value = number(row["Metric Value"])
+                if value is None:
+                    raise ValueError("no value")
+                duration = value * ns_per(row["Metric Unit"])
                 if duration < 0:
                     raise ValueError("negative duration")
             except ValueError:
@@ -208,9 +211,9 @@ class NcuListener(WrappingListener):
         if report is None:
             return
         run.attach(report, ARTIFACT_DIR)
-        result = run_tool(
+        result = tools.run(
             ["ncu", "--import", str(report), "--csv", "--page", "details"],
-            timeout_option(run.options, run.warn, self.name),
+            timeout_s=timeout_option(run.options, run.warn, self.name),
         )
         summary = parse_details(result.stdout)
         if summary is None:

@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from radt import tools
 from radt.listener import (
     CAPTURES,
     DEFAULT_RANGE,
@@ -62,6 +63,7 @@ from radt.listener import (
     WrappingListener,
     samples_from,
 )
+from radt.placeholders import number
 from radt.tags import (
     RADT_NSYS_REPORT,
     RADT_NSYS_SKIPPED_LINES,
@@ -71,11 +73,8 @@ from radt.words import count
 
 from ._reports import (
     DEFAULT_TIMEOUT_S,
-    ToolResult,
     ns_per,
-    number,
     read_table,
-    run_tool,
     timeout_option,
     unit_of_column,
     write_csv,
@@ -137,9 +136,12 @@ def parse_kernel_summary(text: str) -> KernelSummary | None:
     names: set[str] = set()
     for row in table.rows:
         try:
-            total = number(row[column]) * scale
+            time = number(row[column])
             launches = number(row["Instances"])
             name = row["Name"]
+            if time is None or launches is None:
+                raise ValueError(f"no value: {row}")
+            total = time * scale
             if total < 0 or launches < 0 or launches != int(launches) or not name.strip():
                 raise ValueError(f"not a kernel row: {row}")
         except (KeyError, ValueError):
@@ -257,9 +259,9 @@ class NsysListener(WrappingListener):
     ) -> tuple[KernelSummary | None, str, str]:
         """Ask ``nsys stats`` for the kernel summary: (summary, report name used, why not)."""
         timeout_s = timeout_option(run.options, run.warn, self.name)
-        first: ToolResult | None = None
+        first: tools.ToolResult | None = None
         for name in REPORT_NAMES:
-            result = run_tool(
+            result = tools.run(
                 [
                     "nsys",
                     "stats",
@@ -270,7 +272,7 @@ class NsysListener(WrappingListener):
                     "--force-export=true",
                     str(report),
                 ],
-                timeout_s,
+                timeout_s=timeout_s,
             )
             summary = parse_kernel_summary(result.stdout)
             if summary is not None:

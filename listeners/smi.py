@@ -39,7 +39,7 @@ from radt.placeholders import number
 from radt.words import count
 
 from ._gpus import Gpu
-from ._tools import ToolError, found, gpus_of_run, list_gpus
+from ._tools import ToolError, found, gpus_here, gpus_of_run
 
 QUERY: tuple[tuple[str, str | None], ...] = (
     ("timestamp", None),
@@ -112,7 +112,7 @@ class SmiListener(DeviceListener, StreamedListener):
         if not found("nvidia-smi"):
             return "nvidia-smi not found"
         try:
-            list_gpus()
+            gpus_here()
         except ToolError as exc:
             return str(exc)
         return None

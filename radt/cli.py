@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from radt.console import guard_std_streams, install_lines
 from radt.errors import RadtError, UsageError
-from radt.tags import MODES
+from radt.tags import MODES, Mode
 
 if TYPE_CHECKING:
     from radt.launch.job import JobInputs
@@ -18,7 +18,7 @@ MIN_WINDOW_S = 0.001
 PLAN_SUFFIXES = (".csv", ".yaml", ".yml")
 ORIGINAL_ONLY = ((("-w", "--workload"), "N"), (("-c", "--collocation"), "METHOD"))
 """The original radT's flags for a single script's plan row: radT takes them from a plan."""
-NO_COLLOCATION = ("-", "none", "")
+NO_COLLOCATION = ("-", Mode.NONE, "")
 DEVICE_PREFIXES = ("gpu-", "mig-")
 
 

@@ -1,13 +1,18 @@
-"""The GPUs of this machine as ``nvidia-smi -L`` lists them, MIG devices included.
+"""The GPU inventory: this machine's GPUs as ``nvidia-smi -L`` lists them, MIG devices included.
 
-Shared by the collocation backends and the GPU listeners: both UUID formats
-(modern ``MIG-<uuid>`` and R450 ``MIG-GPU-<uuid>/<gi>/<ci>``) parse the same.
+The one list of GPUs that the collocation backends, the studies and the GPU
+listeners read (:func:`list_gpus`); both MIG UUID formats (modern
+``MIG-<uuid>`` and R450 ``MIG-GPU-<uuid>/<gi>/<ci>``) parse the same.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from radt import tools
+
+SMI = "nvidia-smi"
 
 _GPU_LINE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)")
 _MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)\s]+)\)")
@@ -42,6 +47,15 @@ def parse_list(text: str) -> list[GpuListing]:
         elif (match := _MIG_LINE.match(line)) and gpus:
             gpus[-1].migs.append(MigDevice(match[1], int(match[2]), match[3]))
     return gpus
+
+
+def list_gpus() -> list[GpuListing]:
+    """The GPUs ``nvidia-smi -L`` lists, in its order.
+
+    Raises :class:`radt.tools.ToolError` when nvidia-smi fails ("`nvidia-smi -L` failed: what
+    it said", its result attached), :class:`radt.tools.ToolMissing` without it.
+    """
+    return parse_list(tools.run([SMI, "-L"], merge_stderr=True).check().stdout)
 
 
 def r450_ids(uuid: str) -> tuple[str, int, int] | None:

@@ -84,7 +84,7 @@ class FakeGpu:
     def changing_calls(self) -> list[list[str]]:
         return [argv for argv in self.smi_calls() if any(a in CHANGING for a in argv)]
 
-    def smi(self, *args: str) -> nvsmi.Result:
+    def smi(self, *args: str) -> nvsmi.ToolResult:
         return nvsmi.run(["nvidia-smi", *args])
 
 
@@ -839,3 +839,32 @@ def test_setup_refuses_what_check_refuses_before_changing_anything(mig_gpu):
     with pytest.raises(RadtError, match=r"^plan line 2: GPU 4 does not exist here"):
         setup([req(2, "mps", device=4)], {}, mig_gpu.root, Teardown(), print)
     assert_nothing_changed(mig_gpu, {})
+
+
+# --------------------------------------------------------------------------- one backend per mode
+
+
+def test_each_mode_has_one_backend_with_the_same_verbs(tmp_path):
+    from radt.collocation import backend_for
+    from radt.collocation.backend import SettingUp
+    from radt.tags import Mode
+
+    assert [backend_for(mode).mode for mode in Mode] == list(Mode)
+    assert backend_for("mps") is backend_for(Mode.MPS)
+    with pytest.raises(ValueError):
+        backend_for("time-slicing")
+    for mode in Mode:
+        assert callable(backend_for(mode).check) and callable(backend_for(mode).set_up)
+    rows = [req(2, "naive", device="1"), req(3, "naive", device=None)]
+    setting_up = SettingUp(lambda lines: "plan.csv", tmp_path, Teardown(), print)
+    slots, text = backend_for(Mode.NAIVE).set_up(None, rows, setting_up)
+    assert [s.env for s in slots] == [{"CUDA_VISIBLE_DEVICES": "1"}, {}] and text == ""
+    assert backend_for(Mode.MIG).row_problems(req(2, "mig")) == [
+        "mig needs a MIG profile, e.g. 3g.20gb"
+    ]
+    assert backend_for(Mode.MPS).row_problems(req(2, "mps", pct=0)) == [
+        "MPS active thread percentage 0 must be from 1 to 100"
+    ]
+    assert backend_for(Mode.NONE).row_problems(req(2, "none", pct=50)) == [
+        "an active thread percentage applies to mps rows only"
+    ]

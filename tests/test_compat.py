@@ -53,36 +53,45 @@ def test_values_are_not_placeholders(text):
 @pytest.mark.parametrize("word", PLACEHOLDERS)
 def test_every_tool_reader_reads_a_placeholder_by_one_rule(word):
     """One number(): a placeholder is a missing value for the smi and dcgm listeners, and a
-    report's (nsys, ncu) line without its value is skipped, never read as zero."""
-    from radt.listeners._reports import number as report_number
+    report's (nsys, ncu) line without its value is skipped and counted, never read as zero."""
+    from radt.listeners.ncu import parse_details
+    from radt.listeners.nsys import parse_kernel_summary
 
     from radt.placeholders import number
 
     assert number(word) is None
-    with pytest.raises(ValueError, match="no value"):
-        report_number(word)
+    fixtures = Path(__file__).parent / "fixtures"
+    header, first, *rest = (fixtures / "nsys_stats_cuda_gpu_kern_sum.csv").read_text().splitlines()
+    whole = parse_kernel_summary("\n".join([header, first, *rest]))
+    fields = first.split(",")
+    fields[1] = word if "," not in word else f'"{word}"'
+    summary = parse_kernel_summary("\n".join([header, ",".join(fields), *rest]))
+    assert whole is not None and summary is not None
+    assert summary.skipped == whole.skipped + 1
+    assert summary.launches == whole.launches - int(fields[2])
+    details = (fixtures / "ncu_details.csv").read_text()
+    kept = parse_details(details)
+    value = '"Duration","us","6.75"'
+    assert kept is not None and details.count(value) == 1
+    missing = parse_details(details.replace(value, f'"Duration","us","{word}"'))
+    assert missing is not None and missing.skipped == kept.skipped + 1
 
 
 @pytest.mark.parametrize(
     "text, value", [("6.75", 6.75), (" 13,485 ", 13485.0), ("9,495.42", 9495.42), ("0", 0.0)]
 )
 def test_tool_numbers_are_read_with_thousands_separators(text, value):
-    from radt.listeners._reports import number as report_number
-
     from radt.placeholders import number
 
-    assert number(text) == report_number(text) == value
+    assert number(text) == value
 
 
 @pytest.mark.parametrize("text", ["", "abc", "inf", "nan", "12 W"])
 def test_garbled_tool_values_are_refused(text):
-    from radt.listeners._reports import number as report_number
-
     from radt.placeholders import number
 
-    for read in (number, report_number):
-        with pytest.raises(ValueError):
-            read(text)
+    with pytest.raises(ValueError):
+        number(text)
 
 
 @pytest.mark.parametrize("word", PLACEHOLDERS)

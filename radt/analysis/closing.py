@@ -37,6 +37,7 @@ from radt.tags import (
     RADT_LETTER,
     RADT_WARMUP,
     RADT_WINDOW_NOTE,
+    Mode,
     run_kind,
     tag_filter,
 )
@@ -224,7 +225,7 @@ def _baselines(client, record: Record) -> list[Record]:
     runs = search_all(
         client,
         [record.experiment_id],
-        f"{tag_filter(RADT_COLLOCATION, 'none')} and attributes.status = 'FINISHED'",
+        f"{tag_filter(RADT_COLLOCATION, Mode.NONE)} and attributes.status = 'FINISHED'",
     )
     for run in runs:
         if run.info.run_id == record.run_id:

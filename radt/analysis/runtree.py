@@ -23,6 +23,7 @@ from radt.tags import (
     RADT_MPS_THREAD_PCT,
     RADT_POWER_LIMIT_W,
     RADT_ROLE,
+    Mode,
 )
 
 if TYPE_CHECKING:
@@ -110,10 +111,10 @@ def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
     ``mps:70+30``.
     """
     n = len(runs_tags)
-    modes = sorted({(t.get(RADT_COLLOCATION) or "none") for t in runs_tags} or {"none"})
-    if modes == ["none"]:
-        return "none" if n <= 1 else f"none x{n}"
-    if modes == ["mig"]:
+    modes = sorted({str(t.get(RADT_COLLOCATION) or Mode.NONE) for t in runs_tags} or {Mode.NONE})
+    if modes == [Mode.NONE]:
+        return Mode.NONE.value if n <= 1 else f"{Mode.NONE} x{n}"
+    if modes == [Mode.MIG]:
         profiles: list[str] = []
         for tags in runs_tags:
             profile = tags.get(RADT_MIG_PROFILE)
@@ -123,8 +124,8 @@ def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
             if n and all(p == profiles[0] for p in profiles) and "+" in profiles[0]:
                 profiles = profiles[0].split("+")  # every run carries the workload's list
             return "+".join(sorted(profiles, key=_profile_size, reverse=True))
-        return f"mig x{n}"
-    if modes == ["mps"]:
+        return f"{Mode.MIG} x{n}"
+    if modes == [Mode.MPS]:
         shares = [t.get(RADT_MPS_THREAD_PCT) for t in runs_tags]
         known = [f"{float(s):g}" for s in shares if _present(s)]
         if not known:
@@ -133,8 +134,8 @@ def configuration_label(runs_tags: Sequence[Mapping[str, str]]) -> str:
             return f"mps:{known[0]} x{n}"
         ordered = sorted(known, key=float, reverse=True) + ["?"] * (n - len(known))
         return "mps:" + "+".join(ordered)
-    if modes == ["naive"]:
-        return f"naive x{n}"
+    if modes == [Mode.NAIVE]:
+        return f"{Mode.NAIVE} x{n}"
     return "+".join(modes) + f" x{n}"
 
 
@@ -242,7 +243,7 @@ class Record:
         """Whether the run had the GPU to itself (collocation ``none``)."""
         mode = self.tags.get(RADT_COLLOCATION)
         return self.level != "provider" and (
-            mode == "none" or (mode is None and self.level == "run")
+            mode == Mode.NONE or (mode is None and self.level == "run")
         )
 
     @property

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from radt.collocation import nvsmi
-from radt.errors import RadtError
+from radt.gpus import list_gpus  # noqa: F401 - the inventory, re-exported for the backends
 from radt.tags import Mode
 
 
@@ -50,14 +50,6 @@ def where(plan_name: str, lines: Iterable[int]) -> str:
 def watts(value: float) -> str:
     """``250`` / ``250.5``: a power value as the user wrote it."""
     return f"{value:g}"
-
-
-def list_gpus() -> list[nvsmi.GpuListing]:
-    """``nvidia-smi -L``; RadtError when it fails."""
-    result = nvsmi.run([nvsmi.SMI, "-L"])
-    if not result.ok:
-        raise RadtError(f"`nvidia-smi -L` failed: {result.summary()}")
-    return nvsmi.parse_list(result.output)
 
 
 def find_gpu(device: int | str | None, gpus: list[nvsmi.GpuListing]) -> nvsmi.GpuListing | None:

@@ -353,7 +353,7 @@ def setup_gpu(
     return done, _artifact(gpu, done, how, lgi, lci)
 
 
-def _create(n: int, profile_tuple: str, teardown: Teardown) -> nvsmi.Result:
+def _create(n: int, profile_tuple: str, teardown: Teardown) -> nvsmi.ToolResult:
     """``mig -cgi <tuple> -C``; registers undo steps for whatever it reports created."""
     result = nvsmi.run(
         [SMI, "mig", "-i", str(n), "-cgi", profile_tuple, "-C"],
@@ -458,7 +458,7 @@ def map_uuids(
 
 
 def _artifact(
-    gpu: nvsmi.GpuListing, made: list[Made], how: str, lgi: nvsmi.Result, lci: nvsmi.Result
+    gpu: nvsmi.GpuListing, made: list[Made], how: str, lgi: nvsmi.ToolResult, lci: nvsmi.ToolResult
 ) -> str:
     rows = [
         f"GPU {gpu.index}: {gpu.name} ({gpu.uuid}): MIG instances created by radT",

@@ -1,10 +1,8 @@
 """Running ``nvidia-smi`` / ``nvidia-cuda-mps-control`` and reading what they print.
 
-Every call has a time limit, runs in its own session (a Ctrl-C on the
-terminal reaches radT, not the tool) and writes to a temporary file rather
-than a pipe, so a daemon that keeps its inherited output open (``-d``) cannot
-hold radT. nvidia-smi prints everything, errors included, on stdout; stderr
-is merged into the same text.
+Every call goes through :func:`radt.tools.run` (a time limit, a session of its
+own, output in a temporary file); nvidia-smi prints everything, errors
+included, on stdout, so stderr is merged into the same text.
 
 The parsers take the literal formats of ``tests/fixtures/`` (see SOURCES.md
 there): ``-L`` (modern and R450 MIG UUIDs), ``mig -lgip``, ``mig -lgi``,
@@ -15,15 +13,12 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 
-from radt.errors import RadtError
+from radt import tools
 from radt.gpus import GpuListing, MigDevice, parse_list, r450_ids  # noqa: F401 - re-exported
 from radt.placeholders import is_placeholder
+from radt.tools import ToolMissing, ToolResult, found  # noqa: F401 - ToolMissing and ToolResult re-exported
 
 SMI = "nvidia-smi"
 MPS_CONTROL = "nvidia-cuda-mps-control"
@@ -31,44 +26,9 @@ TIMEOUT_S = 30.0
 MIG_TIMEOUT_S = 120.0  # creating/destroying instances takes seconds on a real GPU
 
 
-class ToolMissing(RadtError):
-    """The NVIDIA tool is not on PATH."""
-
-
-@dataclass
-class Result:
-    """One finished call of a tool."""
-
-    argv: list[str]
-    returncode: int
-    output: str
-    interrupted: BaseException | None = None
-    """Ctrl-C/SIGTERM that arrived while a ``critical`` call ran: it was let finish."""
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    @property
-    def command(self) -> str:
-        return shlex.join(self.argv)
-
-    def summary(self) -> str:
-        """The output as one line (what the tool said), or the exit status."""
-        lines = [" ".join(ln.split()) for ln in self.output.splitlines() if ln.strip()]
-        text = "; ".join(lines)
-        if len(text) > 300:
-            text = text[:297] + "..."
-        return text or f"exit status {self.returncode}"
-
-    def reraise(self) -> None:
-        """Raise the interruption that this call held back, if any."""
-        if self.interrupted is not None:
-            raise self.interrupted
-
-
 def available(tool: str) -> bool:
-    return shutil.which(tool) is not None
+    """Whether ``tool`` is on PATH."""
+    return found(tool)
 
 
 def run(
@@ -78,56 +38,15 @@ def run(
     env: dict[str, str] | None = None,
     stdin: str | None = None,
     critical: bool = False,
-) -> Result:
-    """Run a tool to the end and return its exit status and output.
-
-    ``critical`` calls change the GPU: an interruption (KeyboardInterrupt, or
-    the exception a SIGTERM handler raises) while one runs does not kill it;
-    the call is let finish so that the caller can register the undo step of
-    what it did, then call :meth:`Result.reraise`. Raises :class:`ToolMissing`
-    when the tool is not on PATH and RadtError when it runs past ``timeout``.
-    """
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as inp:
-        if stdin is not None:
-            inp.write(stdin.encode())
-            inp.seek(0)
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=inp if stdin is not None else subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        except FileNotFoundError as exc:
-            raise ToolMissing(f"{argv[0]} not found on PATH") from exc
-        except OSError as exc:
-            raise RadtError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
-        interrupted: BaseException | None = None
-        try:
-            returncode = _wait(proc, timeout, argv)
-        except RadtError:
-            raise
-        except BaseException as exc:
-            if not critical:
-                proc.kill()
-                proc.wait()
-                raise
-            interrupted = exc
-            returncode = _wait(proc, timeout, argv)
-        out.seek(0)
-        text = out.read().decode("utf-8", errors="replace")
-    return Result(list(argv), returncode, text, interrupted)
-
-
-def _wait(proc: subprocess.Popen, timeout: float, argv: list[str]) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise RadtError(f"`{shlex.join(argv)}` did not finish within {timeout:g} s") from None
+) -> ToolResult:
+    """Run an NVIDIA tool by :func:`radt.tools.run`'s rule, its stderr merged into its output
+    (nvidia-smi prints its errors on stdout), and require an answer
+    (:meth:`~radt.tools.ToolResult.ran`): :class:`ToolMissing` when the tool is not on PATH,
+    :class:`~radt.tools.ToolError` when it cannot start or runs past ``timeout``. A non-zero
+    exit is the caller's to read."""
+    return tools.run(
+        argv, timeout_s=timeout, env=env, stdin=stdin, merge_stderr=True, critical=critical
+    ).ran()
 
 
 # --------------------------------------------------------------------------- mig tables

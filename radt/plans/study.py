@@ -493,7 +493,7 @@ class _Reader:
     def configurations(self) -> list[Configuration]:
         return self._axis(
             "collocation",
-            "none",
+            Mode.NONE.value,
             lambda item: parse_configuration(_value_text(item)),
             lambda configuration: configuration.label,
         )
@@ -684,7 +684,7 @@ def parse_configuration(text: str) -> Configuration:
                 f"{value!r}: none is the job alone on its GPU; share it with naive x{count} "
                 f"or mps x{count}"
             )
-        return Configuration("none", (first,))
+        return Configuration(Mode.NONE.value, (first,))
     if first.mode in (Mode.NAIVE, Mode.MPS):
         n = count or 1
         if n > MAX_SHARING:
@@ -728,7 +728,7 @@ def descriptor(
     """What identifies a workload in ``status:``: the original's params string, then ``|``
     and each extension that is not at its default (so adding one keeps finished work)."""
     parts = [" ".join(f"{flag} {value}" for flag, value in params)]
-    if "collocation" in study.extended and configuration.label != "none":
+    if "collocation" in study.extended and configuration.label != Mode.NONE:
         parts.append(configuration.label)
     if power_limit_w is not None:
         parts.append(_cap_text(power_limit_w))

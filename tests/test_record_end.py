@@ -40,7 +40,14 @@ def _start_after_done(workspace: Workspace) -> tuple[subprocess.Popen, int]:
     return radt, pid
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM])
+@pytest.mark.parametrize(
+    "signum",
+    [
+        signal.SIGINT,
+        pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
+        pytest.param(signal.SIGTERM, marks=pytest.mark.slow),
+    ],
+)
 def test_a_signal_after_the_command_ended_does_not_stop_the_record(
     workspace: Workspace, signum: int
 ):
@@ -62,6 +69,7 @@ def test_a_signal_after_the_command_ended_does_not_stop_the_record(
     assert not (workspace.home / "runs" / run.info.run_id).exists()
 
 
+@pytest.mark.slow
 def test_a_second_signal_leaves_the_record_to_sync_which_knows_the_exit_code(
     workspace: Workspace,
 ):

@@ -152,6 +152,7 @@ print(f"cpu {time.process_time() - began:.3f}", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_run_shorter_than_one_top_interval_has_its_cpu(workspace: Workspace):
     # top polls when the command starts and then every 30 s: only the last sample, taken
     # when the command ends, measures its CPU.
@@ -216,6 +217,7 @@ def test_sync_does_not_make_a_deleted_sqlite_store_anew(workspace: Workspace):
     assert not store.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lost", ["store made anew", "run deleted"])
 def test_sync_of_a_run_its_store_no_longer_has_says_so(
     workspace: Workspace, template_db, lost: str

@@ -228,6 +228,7 @@ def test_rows_say_the_tools_own_words(everything, tmp_path):
     assert rows["set_power"]["ok"]  # one failing query spoils its own row only
 
 
+@pytest.mark.slow
 def test_require_exits_1_naming_what_is_missing(nothing):
     done = nothing.run(["doctor", "--require", "tracking,nvml,dcgm"])
     assert done.returncode == 1

@@ -100,6 +100,7 @@ def test_a_second_signal_leaves_the_record_to_sync_which_knows_the_exit_code(
     assert "radt.stop_reason" not in run.data.tags
 
 
+@pytest.mark.slow
 def test_the_closing_line_starts_a_line_of_its_own(workspace: Workspace):
     workspace.script(
         "partial.py", "import sys\nprint('partial-no-newline', end='', flush=True)\nsys.exit(3)\n"
@@ -201,6 +202,7 @@ def _forget(workspace: Workspace, run_id: str) -> None:
     assert unknown.returncode == 1 and "`radt sync --list` shows them" in unknown.stderr
 
 
+@pytest.mark.slow
 def test_sync_does_not_make_a_deleted_sqlite_store_anew(workspace: Workspace):
     run_id = _left_by_a_killed_radt(workspace)
     store = workspace.root / "mlflow.db"
@@ -254,6 +256,7 @@ for _ in range(15):
 """
 
 
+@pytest.mark.slow
 def test_two_gpus_are_one_device_in_every_power_figure(workspace: Workspace, tmp_path):
     import json
 

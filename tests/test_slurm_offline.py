@@ -5,7 +5,9 @@ nothing."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 
 import pytest
 from conftest import FAKES, Workspace
@@ -64,3 +66,31 @@ def test_a_plans_dry_run_prints_one_array_job_and_submits_nothing(workspace: Wor
     assert "--array=0-1" in line and "--time=0:10:00" in line and "--gres=gpu:1" in line
     assert workspace.runs("gpus") == []
     assert not (workspace.root / "plan.csv.slurm" / "jobs.json").exists()
+
+
+def test_submitting_without_slurms_commands_on_path_is_one_line(workspace: Workspace, tmp_path):
+    bin_dir = tmp_path / "bin"  # python3 for the fakes' #! line, and no sbatch
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
+    workspace.script("work.py", "print('ran')\n")
+    (workspace.root / "plan.csv").write_text(PLAN)
+    workspace.env.update(PATH=f"{FAKES}{os.pathsep}{bin_dir}", FAKE_NVIDIA_SMI_GPUS="4")
+    done = workspace.run(["plan.csv", "--slurm"])
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == (
+        "radt: error: sbatch not found: --slurm needs Slurm's commands on PATH (run on a login "
+        "node)"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_node_given_a_task_its_array_does_not_have_says_so_in_one_line(workspace: Workspace):
+    workspace.script("work.py", "print('ran')\n")
+    (workspace.root / "plan.csv").write_text(PLAN)
+    tasks = workspace.root / "tasks.json"
+    tasks.write_text(json.dumps({"plan": str(workspace.root / "plan.csv"), "workloads": []}))
+    env = {**workspace.env, "SLURM_ARRAY_TASK_ID": "0"}
+    done = workspace.run(["--slurm-task", str(tasks), "plan.csv"], env=env)
+    assert done.returncode != 0
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"radt: error: --slurm-task {tasks}: not a task of this job array (")

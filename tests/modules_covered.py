@@ -17,6 +17,11 @@ import coverage
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("radt", "listeners", "frontend")
+# Run only where coverage cannot follow: a child started with an environment of its own.
+UNFOLLOWED = {
+    "radt/autolog_boot/sitecustomize.py": "test_autolog.py::"
+    "test_the_bootstrap_runs_the_sitecustomize_it_hides",
+}
 
 
 def body_lines(path: Path) -> set[int]:
@@ -37,7 +42,10 @@ def main() -> int:
     for path in sorted(p for package in PACKAGES for p in (REPO / package).rglob("*.py")):
         ran = measured.get(path.resolve())
         inside = body_lines(path)
-        if ran is None:
+        name = str(path.relative_to(REPO))
+        if name in UNFOLLOWED:
+            state = f"run by {UNFOLLOWED[name]} (outside coverage's reach)"
+        elif ran is None:
             state = "not imported"
         elif inside and not ran & inside:
             state = "imported only"
@@ -46,12 +54,12 @@ def main() -> int:
         else:
             state = f"{len(ran & inside)} lines in functions ran"
         if state in ("not imported", "imported only"):
-            missing.append(path.relative_to(REPO))
-        print(f"{path.relative_to(REPO)}  {state}")
+            missing.append(name)
+        print(f"{name}  {state}")
     if missing:
-        print(f"not exercised by these tests: {', '.join(map(str, missing))}", file=sys.stderr)
+        print(f"not exercised by these tests: {', '.join(missing)}", file=sys.stderr)
         return 1
-    print(f"every one of the {len(measured)} measured modules was exercised")
+    print("every product module was exercised")
     return 0
 
 

@@ -8,7 +8,7 @@ PIP = $(PY) -m pip install --quiet --disable-pip-version-check
 # the fast tier: everything but the browser, PostgreSQL, Slurm and slow end-to-end tests
 FAST = not browser and not postgres and not slurm and not slow
 
-.PHONY: venv install install-test demo test test-fast lint bench
+.PHONY: venv install install-test demo test test-fast coverage-fast lint bench
 
 venv: $(PY)
 
@@ -55,8 +55,16 @@ lint: install-test
 test: install-test lint
 	$(PY) -m pytest -q --durations=15
 
+# two workers (pytest-xdist): every test has its own tmp folder, store, RADT_HOME and ports
 test-fast: install-test
-	$(PY) -m pytest -q --durations=15 -m "$(FAST)"
+	$(PY) -m pytest -q --durations=15 -n 2 -m "$(FAST)"
+
+# the fast tier under coverage, then each product module and whether a fast test exercised it
+coverage-fast: install-test
+	$(PY) -m coverage erase
+	$(PY) -m coverage run -m pytest -q -p no:cacheprovider -n 2 -m "$(FAST)"
+	$(PY) -m coverage combine -q
+	$(PY) tests/modules_covered.py
 
 bench: install
 	$(PY) benchmarks/overhead.py

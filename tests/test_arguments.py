@@ -73,6 +73,7 @@ def test_a_wrong_option_or_device_is_one_line_and_rc_2(workspace, args, fragment
     assert workspace.runs() == []
 
 
+@pytest.mark.slow
 def test_a_declared_option_runs_and_an_undeclared_plugin_is_not_checked(workspace):
     workspace.script("s.py", "print('ran')\n")
     done = workspace.run(["-l", "top", "-o", "top.per_core=yes", "--interval", "0.05", "s.py"])
@@ -101,6 +102,7 @@ def test_radt_listeners_name_lists_its_options(workspace):
 # ------------------------------------------------------------------ 10, 11: studies
 
 
+@pytest.mark.slow
 def test_the_original_grid_study_dry_run_refuses_what_its_run_refuses(tmp_path, template_db):
     """experiment_grid_context.yaml names smi: without nvidia-smi both refuse it, rc 2."""
     ws = new_workspace(tmp_path, template_db)
@@ -127,6 +129,7 @@ def test_the_original_grid_study_dry_run_refuses_what_its_run_refuses(tmp_path, 
     assert "15 workloads, 15 runs" in dry.stdout
 
 
+@pytest.mark.slow
 def test_a_dry_run_says_which_lines_are_warnings(tmp_path, template_db):
     ws = new_workspace(tmp_path, template_db)
     ws.script("job.py", "print('ran')\n")
@@ -188,6 +191,7 @@ def test_the_original_flags_mean_what_they_meant():
     assert parser.parse_args(["--name", "b"]).run_name == "b"
 
 
+@pytest.mark.slow
 def test_the_original_flags_run_a_command(workspace, tmp_path):
     workspace.script("env.py", ENV_SCRIPT)
     args = ["-e", "0", "-n", "mine", "-d", "1+2", "--poll_interval", "0.2", "-l", "none"]

@@ -160,6 +160,7 @@ def clock_calls(fake: workload.FakeGpu) -> list[list[str]]:
     return [argv for argv in fake.smi_calls() if {"-lgc", "-rgc"} & set(argv)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", [0, 3])
 def test_plan_locks_the_clock_tags_the_runs_and_resets_it(tmp_path, template_db, code):
     ws = workload.new_workspace(tmp_path, template_db)
@@ -180,6 +181,7 @@ def test_plan_locks_the_clock_tags_the_runs_and_resets_it(tmp_path, template_db,
     assert list(frame["gpu_clock_mhz"]) == ["1095", "1095"]  # the workload and its run
 
 
+@pytest.mark.slow
 def test_plan_resets_the_clock_after_sigint(tmp_path, template_db):
     ws = workload.new_workspace(tmp_path, template_db)
     fake = workload.with_fakes(ws)
@@ -226,6 +228,7 @@ def test_plan_with_an_unsupported_clock_is_refused_before_anything_starts(tmp_pa
 CLOCK_STUDY = "file: job.py\nlisteners: none\ndevices: 0\ngpu_clock: [default, {mhz}]\n"
 
 
+@pytest.mark.slow
 def test_study_gpu_clock_is_a_dimension_with_its_column(tmp_path, template_db):
     ws, fake, path = study.study_ws(tmp_path, template_db, CLOCK_STUDY.format(mhz=1095), mig=False)
     workloads = expand(read_study(path, cwd=ws.root))
@@ -257,6 +260,7 @@ def test_study_gpu_clock_problems_are_found_before_anything_starts(tmp_path, tem
         read_study(path, cwd=ws.root)
 
 
+@pytest.mark.slow
 def test_two_clocks_on_one_gpu_at_once_are_refused_with_one_line(tmp_path, template_db):
     ws = workload.new_workspace(tmp_path, template_db)
     fake = workload.with_fakes(ws)
@@ -288,6 +292,7 @@ def someone_else_locked_1410(fake: workload.FakeGpu) -> str:
     return fake.state_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["success", "sigint"])
 def test_plan_puts_a_lock_from_before_back(tmp_path, template_db, how):
     ws = workload.new_workspace(tmp_path, template_db)

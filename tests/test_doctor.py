@@ -191,6 +191,7 @@ TAKEN_AWAY = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(TAKEN_AWAY))
 def test_each_stand_in_missing_in_turn(everything, tmp_path, case):
     change, expected = TAKEN_AWAY[case]
@@ -211,6 +212,7 @@ def test_each_stand_in_missing_in_turn(everything, tmp_path, case):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_rows_say_the_tools_own_words(everything, tmp_path):
     env = {**everything.env, "FAKE_NVIDIA_SMI_FAIL": "nvml", "FAKE_DCGMI_PROF_BUSY": "1"}
     rows, _ = with_fakes(everything, env=env)
@@ -226,6 +228,7 @@ def test_rows_say_the_tools_own_words(everything, tmp_path):
     assert rows["set_power"]["ok"]  # one failing query spoils its own row only
 
 
+@pytest.mark.slow
 def test_require_exits_1_naming_what_is_missing(nothing):
     done = nothing.run(["doctor", "--require", "tracking,nvml,dcgm"])
     assert done.returncode == 1
@@ -240,6 +243,7 @@ def test_require_exits_1_naming_what_is_missing(nothing):
     assert done.stderr.startswith("radt: error: --require: unknown capability gpu9; known: ")
 
 
+@pytest.mark.slow
 def test_require_passes_quietly(everything):
     done = everything.run(
         ["doctor", "-o", everything.env["RAPL_OPTION"], "--require", "nvml,dcgm,gpu0,rapl"]
@@ -247,6 +251,7 @@ def test_require_passes_quietly(everything):
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
+@pytest.mark.slow
 def test_table_has_a_line_per_row(everything):
     done = everything.run(["doctor", "-o", everything.env["RAPL_OPTION"]])
     assert done.returncode == 0, done.stderr
@@ -259,6 +264,7 @@ def test_table_has_a_line_per_row(everything):
     assert len(lines) == 1 + len(NAMES) + 1
 
 
+@pytest.mark.slow
 def test_clock_rights_unanswered_as_on_the_h200_vm(everything, tmp_path):
     """The real H200 in a VM (tests/fixtures/h200/pynvml.txt): NVML answers the clock API
     restriction query with Not Supported, yet root could lock clocks there

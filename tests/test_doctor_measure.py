@@ -116,6 +116,7 @@ def stand_in(tmp_path, template_db, clean_env):
     return ws
 
 
+@pytest.mark.slow
 def test_measure_records_a_run_on_the_stand_in(stand_in, tmp_path):
     done = stand_in.run(["doctor", "--measure", "--seconds", "5", "--json"], timeout=600)
     assert done.returncode == 0, done.stderr

@@ -261,6 +261,7 @@ def one_run(workspace: Workspace) -> Workspace:
     return workspace
 
 
+@pytest.mark.slow
 def test_export_to_a_read_only_folder_or_onto_a_folder_is_one_line(one_run, readonly, tmp_path):
     ro = readonly(tmp_path / "ro")
     done = one_run.run(["export", "-e", "Default", "-o", str(ro / "out.csv")])

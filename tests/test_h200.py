@@ -201,6 +201,7 @@ def replayed(tmp_path, template_db, clean_env) -> Workspace:
     return ws
 
 
+@pytest.mark.slow
 def test_doctor_rows_from_the_h200s_answers_are_the_h200s_rows(replayed):
     done = replayed.run(["doctor", "--json"])
     assert done.returncode == 0, done.stderr

@@ -53,6 +53,7 @@ def test_readme_shows_a_listener_of_each_kind():
     assert bases == {"PolledListener", "StreamedListener", "WrappingListener"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not all(os.path.exists(p) for p in ("/usr/bin/time", "/usr/bin/vmstat", "/proc/loadavg")),
     reason="README's examples read /proc/loadavg and run vmstat and GNU time",

@@ -334,6 +334,7 @@ def test_radt_finishes_with_one_warning_when_nsys_stats_fails(workspace):
     ]
 
 
+@pytest.mark.slow
 def test_radt_refuses_nsys_where_it_is_not_installed(workspace):
     env = {k: v for k, v in workspace.env.items()}
     if shutil.which("nsys", path=env["PATH"]):

@@ -43,6 +43,7 @@ def steps_of(events: list[dict]) -> list[str]:
 # ------------------------------------------------------------------ options
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("option", "said"),
     [

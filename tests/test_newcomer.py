@@ -45,6 +45,7 @@ def test_train_logs_to_mlflow_once_per_epoch_not_per_step(workspace):
     assert run.data.metrics["examples"] == 2560
 
 
+@pytest.mark.slow
 def test_the_opening_line_names_the_experiment(workspace):
     workspace.script("quick.py", "print('hi')\n")
     done = workspace.run(["-e", "radt-demo", "-l", "none", "quick.py"])

@@ -67,6 +67,7 @@ def metric_steps(workspace, run, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in history)
 
 
+@pytest.mark.slow
 def test_the_original_double_plan_shares_the_gpu_naively(workspace):
     """experiment_double.csv: two `-` rows of workload 1 run together, cifar10.py's
     radt.log_metric lands in each run."""
@@ -86,6 +87,7 @@ def test_the_original_double_plan_shares_the_gpu_naively(workspace):
     assert [line.split(",")[3] for line in status[1:]] == ["FINISHED", "FINISHED"]
 
 
+@pytest.mark.slow
 def test_the_original_collocation_plan_keeps_a_lone_row_as_the_baseline(workspace):
     """experiment_collocation.csv, workloads 1 (one `-` row: the baseline) and 2 (two `-` rows:
     naive sharing), with cifar10_context.py's RADTBenchmark and run.log_metric."""

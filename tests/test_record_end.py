@@ -40,7 +40,14 @@ def _start_after_done(workspace: Workspace) -> tuple[subprocess.Popen, int]:
     return radt, pid
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM])
+@pytest.mark.parametrize(
+    "signum",
+    [
+        signal.SIGINT,
+        pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
+        pytest.param(signal.SIGTERM, marks=pytest.mark.slow),
+    ],
+)
 def test_a_signal_after_the_command_ended_does_not_stop_the_record(
     workspace: Workspace, signum: int
 ):
@@ -62,6 +69,7 @@ def test_a_signal_after_the_command_ended_does_not_stop_the_record(
     assert not (workspace.home / "runs" / run.info.run_id).exists()
 
 
+@pytest.mark.slow
 def test_a_second_signal_leaves_the_record_to_sync_which_knows_the_exit_code(
     workspace: Workspace,
 ):
@@ -92,6 +100,7 @@ def test_a_second_signal_leaves_the_record_to_sync_which_knows_the_exit_code(
     assert "radt.stop_reason" not in run.data.tags
 
 
+@pytest.mark.slow
 def test_the_closing_line_starts_a_line_of_its_own(workspace: Workspace):
     workspace.script(
         "partial.py", "import sys\nprint('partial-no-newline', end='', flush=True)\nsys.exit(3)\n"
@@ -144,6 +153,7 @@ print(f"cpu {time.process_time() - began:.3f}", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_run_shorter_than_one_top_interval_has_its_cpu(workspace: Workspace):
     # top polls when the command starts and then every 30 s: only the last sample, taken
     # when the command ends, measures its CPU.
@@ -192,6 +202,7 @@ def _forget(workspace: Workspace, run_id: str) -> None:
     assert unknown.returncode == 1 and "`radt sync --list` shows them" in unknown.stderr
 
 
+@pytest.mark.slow
 def test_sync_does_not_make_a_deleted_sqlite_store_anew(workspace: Workspace):
     run_id = _left_by_a_killed_radt(workspace)
     store = workspace.root / "mlflow.db"
@@ -208,6 +219,7 @@ def test_sync_does_not_make_a_deleted_sqlite_store_anew(workspace: Workspace):
     assert not store.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lost", ["store made anew", "run deleted"])
 def test_sync_of_a_run_its_store_no_longer_has_says_so(
     workspace: Workspace, template_db, lost: str
@@ -244,6 +256,7 @@ for _ in range(15):
 """
 
 
+@pytest.mark.slow
 def test_two_gpus_are_one_device_in_every_power_figure(workspace: Workspace, tmp_path):
     import json
 

@@ -122,6 +122,7 @@ def test_grid_shows_the_job_with_its_figures_and_its_nodes_beneath(job):
     assert job_row["scaling_efficiency"] is None  # no run of this job on fewer nodes
     # each node row has the node's own figures, and none of the job's
     for row in (a, b):
+        assert row["configuration"] == "none"  # its GPU to itself, not "none x2"
         assert row["examples_total"] == STEPS * BATCH
         assert row["examples_per_s"] > 0
         assert all(row[field] is None for field in JOB_FIELDS)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from radt.analysis.figures import NAN
+from radt.analysis.runtree import configuration_label
 from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
     RADT_GROUP_ROLE,
@@ -216,8 +217,9 @@ def store_job_figures(client, job_run_id: str, node_runs: Sequence) -> dict[str,
 
 
 def job_rows(frame: pd.DataFrame, runs: Mapping[str, object]) -> pd.DataFrame:
-    """The summary ``frame`` with ``level`` = job / node for the runs of a group, and each job
-    row's figures the job run's own (:func:`store_job_figures`)."""
+    """The summary ``frame`` with ``level`` = job / node for the runs of a group, each job
+    row's figures the job run's own (:func:`store_job_figures`) and each node row's
+    configuration its own (``none``: its GPUs shared with no other node)."""
     import pandas as pd
 
     for index, run_id in frame["run_id"].items():
@@ -226,7 +228,8 @@ def job_rows(frame: pd.DataFrame, runs: Mapping[str, object]) -> pd.DataFrame:
         if role not in ("job", "node"):
             continue
         frame.at[index, "level"] = role
-        if role != "job":
+        if role != "job":  # a node shares its GPUs with no other node
+            frame.at[index, "configuration"] = configuration_label([run.data.tags])
             continue
         metrics = run.data.metrics
         for name in JOB_FIGURES:

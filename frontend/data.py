@@ -387,10 +387,18 @@ class Store:
     def export(self, what: str, fmt: str, experiment: str | None, runs: Sequence[str]) -> bytes:
         """The table ``radt export`` writes: ``samples`` or ``summary``, as csv or parquet.
 
-        The selected ``runs`` (with their workloads), else the whole ``experiment``.
+        The selected ``runs`` (with their workloads; a job run with its node runs, which hold
+        its samples), else the whole ``experiment``.
         """
         from radt.analysis.load import load
 
+        if runs:
+            nodes = [
+                run_id
+                for run_id, info in self.runs(runs).items()
+                if info.level == "node" and info.parent_id in runs and run_id not in runs
+            ]
+            runs = [*runs, *nodes]
         selection = {"runs": list(runs) or None, "tracking_uri": self.tracking_uri}
         selection["experiment"] = None if runs else experiment
         if what == "summary":

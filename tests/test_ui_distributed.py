@@ -6,6 +6,7 @@ meet at a rendezvous, so the nodes train at the same time."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 from dataclasses import dataclass
 
@@ -208,3 +209,14 @@ def test_scaling_efficiency_shows_when_a_job_has_one_and_names_its_baseline():
         in (column["tooltipValueGetter"]["function"])
     )
     assert "scaling_baseline" not in rows[1]  # a node has none
+
+
+@pytest.mark.slow
+def test_exporting_a_ticked_job_gives_its_nodes_samples_and_rows(job):
+    store = Store(job.ws.uri)
+    samples = pd.read_csv(io.BytesIO(store.export("samples", "csv", None, [job.job_id])))
+    assert set(job.nodes.values()) <= set(samples["run_id"])  # the job run holds none itself
+    power = samples[samples["key"].str.endswith("power_w")].groupby("run_id")["value"].mean()
+    assert power[job.nodes["a"]] == pytest.approx(POWER_W["a"])
+    summary = pd.read_csv(io.BytesIO(store.export("summary", "csv", None, [job.job_id])))
+    assert sorted(summary["level"]) == ["job", "node", "node"]

@@ -52,10 +52,8 @@ lint: install-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check radt listeners frontend
 
-# every test, on two workers: each test file on one of them (tests/conftest.py groups them) and
-# the Slurm and PostgreSQL tests together on one
 test: install-test lint
-	$(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup
+	$(PY) -m pytest -q --durations=15
 
 # two workers (pytest-xdist): every test has its own tmp folder, store, RADT_HOME and ports
 test-fast: install-test

@@ -290,20 +290,3 @@ def path_without_nvidia_tools() -> str:
         and not (Path(folder) / "nvidia-smi").exists()
         and not (Path(folder) / "dcgmi").exists()
     )
-
-
-CLUSTER_MARKERS = ("slurm", "postgres")
-"""Markers of tests that start a cluster: under pytest-xdist (``make test``'s two workers) all
-the tests of one such marker run on one worker, one after another."""
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup``: a test file's tests stay on one worker (its module-scoped
-    fixtures are made once), and every test that starts a Slurm or PostgreSQL cluster runs on
-    one worker, so two clusters never run at once."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        cluster = next((m for m in CLUSTER_MARKERS if item.get_closest_marker(m)), None)
-        item.add_marker(pytest.mark.xdist_group(cluster or item.nodeid.split("::")[0]))

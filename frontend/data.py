@@ -19,7 +19,9 @@ import pandas as pd
 
 from radt.errors import RadtError
 from radt.tags import (
+    JOB_ROLE,
     MLFLOW_PARENT_RUN_ID,
+    NODE_ROLE,
     RADT_GROUP_ROLE,
     RADT_NODE,
     RADT_SCALING_BASELINE,
@@ -30,7 +32,7 @@ from radt.tags import (
 
 T = TypeVar("T")
 TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
-GROUP_LEVELS = ("job", "node")
+GROUP_LEVELS = (JOB_ROLE, NODE_ROLE)
 """The levels of a distributed training's runs (tag ``radt.group.role``), as in the summary."""
 
 
@@ -125,7 +127,7 @@ def run_info(run) -> RunInfo:
         parent_id=parent_id(tags),
         experiment_id=run.info.experiment_id,
         keys=metric_keys(run.data.metrics),
-        node=tags.get(RADT_NODE) if role == "node" else None,
+        node=tags.get(RADT_NODE) if role == NODE_ROLE else None,
     )
 
 
@@ -305,7 +307,7 @@ class Store:
             jobs = [
                 r
                 for r in chosen
-                if r.info.run_id in run_ids and r.data.tags.get(RADT_GROUP_ROLE) == "job"
+                if r.info.run_id in run_ids and r.data.tags.get(RADT_GROUP_ROLE) == JOB_ROLE
             ]
             for job in jobs:  # a ticked node comes with its job, not with the other nodes
                 kids = search_all(
@@ -325,7 +327,7 @@ class Store:
         from radt.analysis.load import search_all
 
         jobs = self._call(
-            lambda: search_all(self._client(), [experiment], tag_filter(RADT_GROUP_ROLE, "job"))
+            lambda: search_all(self._client(), [experiment], tag_filter(RADT_GROUP_ROLE, JOB_ROLE))
         )
         return {
             r.info.run_id: r.data.tags[RADT_SCALING_BASELINE]

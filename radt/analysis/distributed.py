@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING
 from radt.analysis.figures import NAN
 from radt.analysis.runtree import configuration_label
 from radt.tags import (
+    JOB_ROLE,
     MLFLOW_PARENT_RUN_ID,
+    NODE_ROLE,
     RADT_GROUP_ROLE,
     RADT_JOB,
     RADT_NODE,
@@ -172,7 +174,7 @@ def _baseline(client, job, nodes: int):
     for run in runs:
         tags = run.data.tags
         role = tags.get(RADT_GROUP_ROLE)
-        if role == "node" or run.info.run_id == job.info.run_id:
+        if role == NODE_ROLE or run.info.run_id == job.info.run_id:
             continue
         if role is None and tags.get(MLFLOW_PARENT_RUN_ID):
             continue
@@ -225,10 +227,10 @@ def job_rows(frame: pd.DataFrame, runs: Mapping[str, object]) -> pd.DataFrame:
     for index, run_id in frame["run_id"].items():
         run = runs.get(run_id)
         role = run.data.tags.get(RADT_GROUP_ROLE) if run is not None else None
-        if role not in ("job", "node"):
+        if role not in (JOB_ROLE, NODE_ROLE):
             continue
         frame.at[index, "level"] = role
-        if role != "job":  # a node shares its GPUs with no other node
+        if role != JOB_ROLE:  # a node shares its GPUs with no other node
             frame.at[index, "configuration"] = configuration_label([run.data.tags])
             continue
         metrics = run.data.metrics

@@ -30,7 +30,9 @@ from pathlib import Path
 from radt.errors import RadtError, UsageError
 from radt.slurm.jobenv import job_tags
 from radt.tags import (
+    JOB_ROLE,
     MLFLOW_PARENT_RUN_ID,
+    NODE_ROLE,
     RADT_EXIT_CODE,
     RADT_GROUP,
     RADT_GROUP_NODES,
@@ -55,8 +57,6 @@ NODES_TAG = RADT_GROUP_NODES
 NODE_TAG = RADT_NODE
 NODE_RANK_TAG = RADT_NODE_RANK
 NOTE_TAG = RADT_NOTE
-JOB_ROLE = "job"
-NODE_ROLE = "node"
 WAIT_S = 120.0
 """How long a node of rank > 0 waits for the job run by default (``RADT_GROUP_WAIT_S``)."""
 POLL_S = 0.5

@@ -28,7 +28,9 @@ from radt.slurm import commands
 from radt.slurm.commands import ENDINGS_KILLED, TaskState
 from radt.slurm.options import SBATCH_FLAGS, SlurmOptions
 from radt.tags import (
+    JOB_ROLE,
     MLFLOW_PARENT_RUN_ID,
+    NODE_ROLE,
     RADT_GROUP_ROLE,
     RADT_PLAN_LINE,
     RADT_SLURM_ARRAY_JOB_ID,
@@ -305,7 +307,7 @@ class Dispatch:
         parents = [
             r
             for r in found
-            if RADT_PLAN_LINE not in r.data.tags and r.data.tags.get(RADT_GROUP_ROLE) != "node"
+            if RADT_PLAN_LINE not in r.data.tags and r.data.tags.get(RADT_GROUP_ROLE) != NODE_ROLE
         ]
         parent = max(parents, key=lambda r: r.info.start_time, default=None)
         for run in found:  # an earlier attempt of a requeued (e.g. preempted) job
@@ -371,7 +373,7 @@ class Dispatch:
         results = {}
         for row in workload.rows:
             run = rows.get(row.line)
-            if parent.data.tags.get(RADT_GROUP_ROLE) == "job":  # the nodes' job is the row's run
+            if parent.data.tags.get(RADT_GROUP_ROLE) == JOB_ROLE:  # the nodes' job is the row's run
                 results[row.line] = (parent.info.status, parent.info.run_id)
             elif run is None:
                 results[row.line] = ("KILLED" if ending in ENDINGS_KILLED else FAILED, "")

@@ -8,7 +8,8 @@ small text records (``radt1 <pid> <time> <kind> <value>``, one per line):
 - ``examples``: the process's cumulative example count at ``time``, sent at once for the first
   :func:`log_examples` call, then at most once a second, and at :func:`log_epoch`,
   :func:`start_window` and interpreter exit, always with the time of the last
-  :func:`log_examples` call it includes (or of the epoch / window call);
+  :func:`log_examples` call it includes; at an epoch or window mark the same count is sent
+  again with the mark's time (nothing was counted in between: the counter's value there);
 - ``epoch``: the epoch just finished, at the time of :func:`log_epoch`;
 - ``window``: a :func:`start_window` mark;
 - ``source``: who counts the process's examples from now on (value = 1 ``autolog``,
@@ -323,7 +324,9 @@ def _marked(kind: str, value: float | int) -> None:
     t = time.time()
     with channel.lock:
         if channel.calls:
-            channel.counter(t)
+            if channel.total != channel.sent_total:  # the last call's count at the call's time
+                channel.counter(channel.last_t)
+            channel.counter(t)  # nothing counted since: the same count at the mark
         channel.mark(t, kind, value)
         channel.send()
 

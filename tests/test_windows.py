@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,7 @@ from radt.analysis.windows import (
     cpu_between,
     cpu_counter,
     energy_between,
+    last_example_s,
     min_overlap_s,
     power_energy_between,
     provider_window,
@@ -177,6 +179,56 @@ def test_provider_window_missing_when_the_clients_do_not_overlap_long_enough():
     assert math.isnan(mixed.examples) and "run Q reports no examples" in mixed.note
     broken = provider_window([("A", client_window(a), a), ("X", Window(), Timeline())])
     assert not broken.valid and "no window for run X" in broken.note
+
+
+def with_tail(t: Timeline, mark_s: float, count=None) -> Timeline:
+    """``t`` with one more counter sample at ``mark_s``: the count its epoch mark repeated
+    (``count``: a count the mark was the first to report, when a record's last call was not
+    sent before it)."""
+    last = t.counter[-1] if count is None else count
+    return replace(t, counter_s=np.append(t.counter_s, mark_s), counter=np.append(t.counter, last))
+
+
+def test_the_window_ends_at_the_last_example_not_at_a_later_epoch_mark():
+    # Recorded before the run API stamped a count with its last call's time: the script counts
+    # 200 examples/s from 3 s (64) to 11 s (1664), then spends 3 s (validation, logging, a
+    # sleep) before each epoch mark, the last at 14 s, where the count 1664 was sent again.
+    t = with_tail(counter_timeline(3.0, 11.0, 200.0, epochs=(5.0, 8.0, 14.0)), 14.0)
+    assert last_example_s(t) == 11.0
+    w = client_window(t)
+    # from the first epoch mark (5 s: 464) to the last example (11 s: 1664): 1200 in 6 s
+    assert (w.start_s, w.end_s, w.examples, w.warmup) == (5.0, 11.0, 1200.0, "first_epoch")
+    assert w.examples / w.seconds == 200.0  # not 1200 / 9 s = 133.3
+    # two epoch marks, the second after the last example: still two, so the first starts it
+    two = client_window(with_tail(counter_timeline(3.0, 11.0, 200.0, epochs=(5.0, 14.0)), 14.0))
+    assert (two.start_s, two.end_s, two.examples, two.warmup) == (5.0, 11.0, 1200.0, "first_epoch")
+    # --warmup-epochs 2: from the second mark (8 s: 1064) to 11 s
+    t2 = with_tail(counter_timeline(3.0, 11.0, 200.0, epochs=(5.0, 8.0, 14.0)), 14.0)
+    later = client_window(replace(t2, warmup_epochs=2))
+    assert (later.start_s, later.end_s, later.examples) == (8.0, 11.0, 600.0)
+    # a last count first reported at the mark (the call's own time was never sent): the mark
+    # is the first time the final count is known, so the window ends there
+    late = with_tail(counter_timeline(3.0, 11.0, 200.0, epochs=(5.0, 8.0, 14.0)), 14.0, 1728)
+    assert last_example_s(late) == 14.0 and client_window(late).examples == 1264.0
+    # a count repeated in the middle (at 2.5 s) is no end; the last increase (4 s) is
+    steps = Timeline(
+        counter_s=np.array([1.0, 2.0, 2.5, 4.0, 6.0]),
+        counter=np.array([10.0, 20.0, 20.0, 30.0, 30.0]),
+    )
+    assert last_example_s(steps) == 4.0
+    assert math.isnan(last_example_s(Timeline()))
+    single = Timeline(counter_s=np.array([3.0, 5.0]), counter=np.array([7.0, 7.0]))
+    assert last_example_s(single) == 3.0
+
+
+def test_a_workloads_overlap_ends_at_its_clients_last_examples():
+    # A counts 100/s to 20 s and marks its last epoch at 23 s; B counts 50/s to 15 s, marks at 18
+    a = with_tail(counter_timeline(2.0, 20.0, 100.0, epochs=(8.0, 14.0, 23.0)), 23.0)
+    b = with_tail(counter_timeline(3.0, 15.0, 50.0, count0=32, epochs=(7.0, 11.0, 18.0)), 18.0)
+    clients = [("A", client_window(a), a), ("B", client_window(b), b)]
+    w = provider_window(clients, device_interval_s=0.1)
+    # 8 s → 15 s (B's last example, not its mark at 18 s): A counts 100 × 7, B 50 × 7
+    assert (w.start_s, w.end_s, w.examples) == (8, 15, 1050)
 
 
 # --------------------------------------------------------------------------- pure: energy

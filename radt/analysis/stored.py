@@ -33,7 +33,7 @@ from radt.tags import (
 if TYPE_CHECKING:
     from radt.analysis.summary import Record
 
-VERSION = 2
+VERSION = 3
 """Bumped whenever what the figures are changes: older tags are then recomputed."""
 MAX_TAG_CHARS = 8000
 """MLflow's longest tag value; a longer state is not stored (the run is computed at looks)."""

@@ -8,7 +8,9 @@ Definitions (docs/analysis.md has them with a worked example):
   ``--warmup-epochs N`` (the N-th epoch mark; N = 0: the command start); the
   first epoch mark when the run reported at least two epochs; the first
   counter sample (the first ``radt.log_examples`` call). The window ends at the
-  last counter sample. Its examples are counter(end) − counter(start): a bound
+  last example: where the counter first reaches its final value
+  (:func:`last_example_s`), never at a later epoch mark, validation or tail
+  that only repeats the count. Its examples are counter(end) − counter(start): a bound
   on a sample uses that sample, a bound between two samples interpolates them
   linearly; a bound at or before the command start counts from 0 (nothing was
   counted before the command started). ``basis = "examples"``.
@@ -240,6 +242,22 @@ def counter_increase(seconds: np.ndarray, values: np.ndarray, start: float, end:
 # --------------------------------------------------------------------------- client window
 
 
+def last_example_s(t: Timeline) -> float:
+    """When the run counted its last example: the first counter sample at the counter's final
+    value (the time of its last increase); NaN without counter samples.
+
+    This is where every steady-state window ends (a client's, and through them a workload's
+    overlap and a distributed job's). The run API stamps a count with the time of the last
+    ``radt.log_examples`` call it includes and repeats it at an epoch mark with the mark's time
+    (runs recorded before it did so sent only the latter), so a sample after the last increase
+    only says that nothing more was counted, and the window ends before it.
+    """
+    if not len(t.counter_s):
+        return NAN
+    changed = np.flatnonzero(t.counter[1:] != t.counter[:-1])
+    return float(t.counter_s[changed[-1] + 1 if len(changed) else 0])
+
+
 def client_window(t: Timeline) -> Window:
     """The client window of one run (see the module docstring)."""
     if t.has_examples:
@@ -286,7 +304,7 @@ def _warmup_end(t: Timeline, examples: bool) -> tuple[float, str, str | None]:
 
 def _examples_window(t: Timeline) -> Window:
     start, rule, note = _warmup_end(t, examples=True)
-    end = float(t.counter_s[-1])
+    end = last_example_s(t)
     if note or not math.isfinite(start):
         note = note or "the command's start was not recorded"
         return Window(end_s=end, basis="examples", warmup=rule, note=note)

@@ -308,7 +308,8 @@ def _join_flag_values(own: list[str], options: tuple[str, ...]) -> list[str]:
 
 
 def job_inputs(args: argparse.Namespace) -> JobInputs:
-    """``--job``, ``--job-ignore``, ``--warmup-epochs``, ``--warmup-s``, checked."""
+    """``--job``, ``--job-ignore``, ``--warmup-epochs``, ``--warmup-s``, checked, and
+    ``--manual`` (or ``RADT_MANUAL=1`` inherited: the script's window starts the same way)."""
     from radt.launch.job import (
         JobInputs,
         parse_job,
@@ -336,7 +337,15 @@ def job_inputs(args: argparse.Namespace) -> JobInputs:
             raise UsageError(f"--job-ignore {exc}") from None
     if values["--warmup-epochs"] is not None and values["--warmup-s"] is not None:
         raise UsageError("give --warmup-epochs or --warmup-s, not both")
-    return JobInputs(values["--job"], tuple(flags), values["--warmup-epochs"], values["--warmup-s"])
+    from radt.run import MANUAL_VARIABLE
+
+    return JobInputs(
+        values["--job"],
+        tuple(flags),
+        values["--warmup-epochs"],
+        values["--warmup-s"],
+        manual=bool(args.manual) or os.environ.get(MANUAL_VARIABLE) == "1",
+    )
 
 
 def check_launcher_args(args: argparse.Namespace) -> None:

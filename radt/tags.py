@@ -34,6 +34,9 @@ RADT_JOB = "radt.job"
 RADT_JOB_IGNORE = "radt.job_ignore"
 RADT_WARMUP_EPOCHS = "radt.warmup_epochs"
 RADT_WARMUP_S = "radt.warmup_s"
+RADT_MANUAL = "radt.manual"
+"""``1`` for a run of ``radt --manual``: its window starts when the script opens
+``radt.run.RADTBenchmark()``, and it is only compared with runs of the same rule."""
 RADT_TEARDOWN_FAILED = "radt.teardown_failed"
 
 # The machine (radt.launch.environment)

@@ -348,7 +348,13 @@ def test_baseline_is_at_the_same_clock_else_the_default():
 
     def none_run(run_id, power=None, clock=None):
         return SimpleNamespace(
-            run_id=run_id, experiment_id="1", job="C", basis="examples", power=power, clock=clock
+            run_id=run_id,
+            experiment_id="1",
+            job="C",
+            basis="examples",
+            power=power,
+            clock=clock,
+            manual=False,
         )
 
     runs = [none_run("c1"), none_run("c2", clock="1410"), none_run("c4", "150", "1410")]

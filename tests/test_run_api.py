@@ -273,6 +273,7 @@ def test_job_and_warmup_options_become_tags(workspace):
             "--job-ignore=--workers",
             "--warmup-s",
             "2.5",
+            "--manual",
             "one.py",
             "--seed",
             "3",
@@ -283,6 +284,7 @@ def test_job_and_warmup_options_become_tags(workspace):
     assert tags["radt.job"] == "resnet18-cifar"
     assert tags["radt.job_ignore"] == "--data-seed --workers"
     assert tags["radt.warmup_s"] == "2.5"
+    assert tags["radt.manual"] == "1"  # its window rule, which its baselines must share
     assert "radt.warmup_epochs" not in tags
     start, end = float(tags["radt.command_start_s"]), float(tags["radt.command_end_s"])
     assert 0 < start <= end
@@ -294,7 +296,7 @@ def test_without_overrides_there_are_no_job_or_warmup_tags(workspace):
     assert done.returncode == 0, done.stderr
     tags = workspace.only_run().data.tags
     assert tags["radt.warmup_epochs"] == "3"
-    assert not {"radt.job", "radt.job_ignore", "radt.warmup_s"} & set(tags)
+    assert not {"radt.job", "radt.job_ignore", "radt.warmup_s", "radt.manual"} & set(tags)
 
 
 # ------------------------------------------------------------------ the sending side alone

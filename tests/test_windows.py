@@ -707,6 +707,62 @@ def test_runs_and_export_show_the_window_figures(study, tmp_path, capsys):
     assert "window_note" in out.getvalue().splitlines()[0]
 
 
+def test_a_manual_run_is_never_the_baseline_of_a_plain_run_nor_the_other_way_round(store):
+    """``--manual`` (``radt.manual=1``) windows start at the script's ``RADTBenchmark()``: they
+    are compared with ``--manual`` runs only, and a run whose Job has only runs alone of the
+    other rule has no slowdown, with the reason."""
+    client, uri = store
+    s = Study(client, uri, "rules")
+    # The job alone, plain: 250/s, window 4 → 12 s, 2000 examples, 4 ms each.
+    alone = lone_job(s, "alone", 250.0, 0.0)
+    # Each a workload of one run at 125/s (a GPU shared with something else): plain, its window
+    # 4 → 12 s, 1000 examples, 8 ms each; --manual, its window from its mark at 3 s to 12 s,
+    # 1125 examples, 8 ms each.
+    counted = script(2.0, 12.0, 125.0, epochs=(4.0, 8.0, 12.0))
+    marked = script(2.0, 12.0, 125.0, epochs=(4.0, 8.0, 12.0), marks=(3.0,))
+    device = gpu(0.0, 12.6, P_PAIR, 0.0)
+    _, (plain,) = s.workload("plain", device, 12.6, [(COMMAND, counted, (0.0, 12.5))])
+    manual_rule = {"radt__manual": "1"}
+    _, (manual,) = s.workload(
+        "manual", device, 12.6, [(COMMAND, marked, (0.0, 12.5))], **manual_rule
+    )
+    rows = summary("rules", tracking_uri=uri)
+    row = row_of(rows, manual)
+    assert (row["warmup"], row["examples"], row["time_per_example_ns"]) == (
+        "start_window",
+        1125,
+        pytest.approx(8e6),
+    )
+    assert math.isnan(row["slowdown"]) and pd.isna(row["baseline_run_id"])
+    assert (
+        "no baseline: this run's window does start at radt.run.RADTBenchmark() (--manual) and "
+        "those of its job's none runs on basis examples do not (windows of different rules are "
+        "not compared)"
+    ) in row["window_note"]
+    assert "radt/slowdown" not in client.get_run(manual).data.metrics  # nor at its close
+    row = row_of(rows, plain)
+    assert row["slowdown"] == pytest.approx(8 / 4) and row["baseline_run_id"] == alone
+    assert client.get_run(plain).data.metrics["radt/slowdown"] == pytest.approx(2.0)
+    # A --manual run alone of the same Job (250/s from its mark at 3 s: 4 ms each) is the
+    # baseline of the --manual run only; the plain run's stays the plain one's.
+    marked_alone = s.lone(
+        "manual-alone",
+        gpu(0.2, 12.6, P_ALONE, 0.0)
+        + script(2.0, 12.0, 250.0, epochs=(4.0, 8.0, 12.0), marks=(3.0,)),
+        (0.0, 12.5),
+        radt__command=COMMAND,
+        **manual_rule,
+    )
+    rows = summary("rules", tracking_uri=uri)
+    row = row_of(rows, manual)
+    assert row["slowdown"] == pytest.approx(2.0) and row["baseline_run_id"] == marked_alone
+    row = row_of(rows, plain)
+    assert row["slowdown"] == pytest.approx(2.0) and row["baseline_run_id"] == alone
+    # the plain run alone, and the --manual one, are each their own baseline, not each other's
+    assert row_of(rows, alone)["baseline_run_id"] == alone
+    assert row_of(rows, marked_alone)["baseline_run_id"] == marked_alone
+
+
 # --------------------------------------------------------------------------- CPU and shared loading
 
 LOADER_JOB = "loader-job"

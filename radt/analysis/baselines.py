@@ -30,12 +30,14 @@ def choose_baseline(
     basis: str,
     power,
     clock=None,
+    manual: bool = False,
 ) -> tuple[list[Record], str | None]:
-    """The Job's ``none`` runs on the same basis: at the same power limit and GPU clock, else
-    at the default of both.
+    """The Job's ``none`` runs on the same basis and window rule (``--manual`` or not): at the
+    same power limit and GPU clock, else at the default of both.
 
-    ``candidates``: records, or records by :func:`baselines_by_job`. Returns the chosen
-    runs (repeats; empty when none) and, when empty, why.
+    ``candidates``: records, or records by :func:`baselines_by_job`; ``manual``: whether the
+    run's window follows ``radt --manual`` (:attr:`Record.manual`). Returns the chosen runs
+    (repeats; empty when none) and, when empty, why.
     """
     if job is None:
         return [], "no baseline: the run's job is unknown (no radt.command or radt.job)"
@@ -47,6 +49,10 @@ def choose_baseline(
             for c in candidates
             if c.experiment_id == experiment_id and c.job == job and c.basis == basis
         ]
+    ruled = [c for c in same if c.manual == manual]
+    if same and not ruled:
+        return [], _other_rule(manual, basis)
+    same = ruled
     for wanted in dict.fromkeys([(power, clock), (None, None)]):
         chosen = [c for c in same if (c.power, c.clock) == wanted]
         if chosen:
@@ -60,6 +66,16 @@ def choose_baseline(
         else "at the default power limit and clock"
     )
     return [], f"no baseline: no FINISHED none run of this job on basis {basis} {where}"
+
+
+def _other_rule(manual: bool, basis: str) -> str:
+    """Why a run has no baseline when its Job's runs alone all follow the other window rule."""
+    own, theirs = ("", "not ") if manual else ("not ", "")
+    return (
+        f"no baseline: this run's window does {own}start at radt.run.RADTBenchmark() (--manual) "
+        f"and those of its job's none runs on basis {basis} do {theirs}(windows of different "
+        "rules are not compared)"
+    )
 
 
 def _mean(values: Iterable[float]) -> float:
@@ -95,7 +111,13 @@ def baseline_spread_flagged(pct: Any) -> bool:
 
 def _slowdown(record: Record, candidates: Sequence[Record] | Mapping) -> dict[str, Any]:
     found, why = choose_baseline(
-        candidates, record.experiment_id, record.job, record.basis, record.power, record.clock
+        candidates,
+        record.experiment_id,
+        record.job,
+        record.basis,
+        record.power,
+        record.clock,
+        record.manual,
     )
     if not found:
         record.notes.append(why)
@@ -110,7 +132,9 @@ def _slowdown(record: Record, candidates: Sequence[Record] | Mapping) -> dict[st
 
 def _norm_client(record: Record, candidates: Sequence[Record] | Mapping) -> dict[str, float]:
     """A client's figures over its Job's baseline at the default power limit."""
-    found, why = choose_baseline(candidates, record.experiment_id, record.job, record.basis, None)
+    found, why = choose_baseline(
+        candidates, record.experiment_id, record.job, record.basis, None, None, record.manual
+    )
     if not found:
         if record.power is not None or record.clock is not None:
             record.notes.append(why.replace("no baseline", "no normalised figures"))
@@ -143,7 +167,9 @@ def _norm_provider(
         return {}
     time_base = energy_base = 0.0
     for kid in kids:
-        found, why = choose_baseline(candidates, kid.experiment_id, kid.job, kid.basis, None)
+        found, why = choose_baseline(
+            candidates, kid.experiment_id, kid.job, kid.basis, None, None, kid.manual
+        )
         if not found:
             record.notes.append(why.replace("no baseline", "no normalised figures"))
             return {}

@@ -19,6 +19,7 @@ from radt.tags import (
     RADT_JOB,
     RADT_JOB_IGNORE,
     RADT_LOADER,
+    RADT_MANUAL,
     RADT_MIG_PROFILE,
     RADT_MPS_THREAD_PCT,
     RADT_POWER_LIMIT_W,
@@ -230,6 +231,11 @@ class Record:
         """The locked SM clock (MHz) as recorded; None at the driver's default."""
         value = self.tags.get(RADT_GPU_CLOCK_MHZ)
         return str(value) if _present(value) else None
+
+    @property
+    def manual(self) -> bool:
+        """Whether the run's window starts by ``radt --manual``'s rule (``radt.manual``)."""
+        return self.tags.get(RADT_MANUAL) == "1"
 
     @property
     def basis(self) -> str:

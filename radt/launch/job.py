@@ -1,9 +1,9 @@
 """What a run is an instance of, and where its steady state begins: Job and warm-up inputs.
 
-The command line (``--job``, ``--job-ignore``, ``--warmup-epochs``, ``--warmup-s``) and the plan
-columns (``Job``, ``WarmupEpochs``, ``WarmupS``) are checked here and become the run's tags
-``radt.job``, ``radt.job_ignore``, ``radt.warmup_epochs`` and ``radt.warmup_s``, which the
-analysis reads (docs/analysis: client window, Job).
+The command line (``--job``, ``--job-ignore``, ``--warmup-epochs``, ``--warmup-s``, ``--manual``)
+and the plan columns (``Job``, ``WarmupEpochs``, ``WarmupS``) are checked here and become the run's
+tags ``radt.job``, ``radt.job_ignore``, ``radt.warmup_epochs``, ``radt.warmup_s`` and
+``radt.manual``, which the analysis reads (docs/analysis: client window, Job, baselines).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from radt.tags import RADT_JOB, RADT_JOB_IGNORE, RADT_WARMUP_EPOCHS, RADT_WARMUP_S
+from radt.tags import RADT_JOB, RADT_JOB_IGNORE, RADT_MANUAL, RADT_WARMUP_EPOCHS, RADT_WARMUP_S
 
 MAX_JOB_CHARS = 250
 _FLAG = re.compile(r"^--?[A-Za-z0-9][\w.-]*$")
@@ -65,6 +65,8 @@ class JobInputs:
     job_ignore: Sequence[str] = field(default_factory=tuple)
     warmup_epochs: int | None = None
     warmup_s: float | None = None
+    manual: bool = False
+    """``--manual``: the window starts when the script opens ``radt.run.RADTBenchmark()``."""
 
     def tags(self) -> dict[str, str]:
         """The run's tags for these inputs; only those given."""
@@ -77,4 +79,6 @@ class JobInputs:
             tags[RADT_WARMUP_EPOCHS] = str(self.warmup_epochs)
         if self.warmup_s is not None:
             tags[RADT_WARMUP_S] = f"{self.warmup_s:g}"
+        if self.manual:
+            tags[RADT_MANUAL] = "1"
         return tags

@@ -11,7 +11,9 @@ reports through the run API (:mod:`radt.run_api`), so nothing changes downstream
   each batch once, and an evaluation loader (under ``torch.no_grad()``, or with no step while
   it runs) counts nothing;
 - a DataLoader iterator that ran out after a step in its life ends an epoch (its last held
-  batches are counted, then the epoch is marked), unless the script marks its own epochs;
+  batches are counted, then the epoch is marked), unless the script marks its own epochs
+  (``radt.log_epoch``) or a framework callback marks them: also when the script counts its
+  examples itself (``radt.log_examples``), so that its warm-up can end at the first epoch;
 - a Hugging Face ``transformers.Trainer`` or a Lightning ``Trainer`` made in the process gets
   radT's callback (:mod:`radt.integrations`), which then counts instead.
 
@@ -38,6 +40,7 @@ from radt.console import install_lines
 logger = logging.getLogger(__name__)
 
 AUTOLOG = run_api.SOURCES.index("autolog")
+CALLBACK = run_api.SOURCES.index("callback")
 _lock = threading.Lock()
 _started = False
 
@@ -228,8 +231,8 @@ def _ran_out(iterator: Any) -> None:
         held.epochs += 1
     if examples:
         _count(examples)
-    if not run_api._channel.script_epochs and run_api._channel.source <= AUTOLOG:
-        run_api.mark_epoch(epoch)
+    if not run_api._channel.script_epochs and run_api._channel.source != CALLBACK:
+        run_api.mark_epoch(epoch)  # whoever counts, unless the script or a callback marks them
 
 
 def _count(examples: int) -> None:

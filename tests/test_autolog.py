@@ -49,7 +49,7 @@ for epoch in range(2):
             opt.step()
             opt.zero_grad()
         seen += len(xb)
-        if HOW == "own":
+        if HOW in ("own", "count"):  # "count": its own examples, its epochs left to --autolog
             radt.log_examples(len(xb))
     if HOW == "own":
         radt.log_epoch(epoch)
@@ -111,18 +111,24 @@ def test_an_unmodified_dataloader_loop_is_counted(workspace, how):
 
 @pytest.mark.slow
 def test_the_scripts_own_count_and_autolog_agree_on_the_window(workspace):
-    """The same training counted by its own calls (without --autolog) and by --autolog: the
-    same examples in all and in the window (from the first epoch's end to the last example)."""
+    """The same training counted by its own calls (without --autolog), by --autolog, and by its
+    own calls with its epochs marked by --autolog (it marks none itself): the same examples in
+    all and in the window (from the first epoch's end to the last example)."""
     from radt.analysis.summary import summary
 
     workspace.script("loop.py", LOOP)
-    for how, flags in (("own", []), ("tuple", ["--autolog"])):
+    runs = (("own", []), ("tuple", ["--autolog"]), ("count", ["--autolog"]))
+    for how, flags in runs:
         done = workspace.run(["-l", "none", "-n", how, *flags, "loop.py", how], timeout=280)
         assert done.returncode == 0, done.stderr
     rows = summary("Default", tracking_uri=workspace.uri).set_index("run_name")
-    assert rows.loc["own", "examples_total"] == rows.loc["tuple", "examples_total"] == 200
-    assert rows.loc["own", "warmup"] == rows.loc["tuple", "warmup"] == "first_epoch"
-    assert rows.loc["own", "examples"] == rows.loc["tuple", "examples"] == 100
+    names = [how for how, _ in runs]
+    assert list(rows.loc[names, "examples_total"]) == [200, 200, 200]
+    assert list(rows.loc[names, "warmup"]) == ["first_epoch"] * 3
+    assert list(rows.loc[names, "examples"]) == [100, 100, 100]
+    counting = next(r for r in workspace.runs() if r.info.run_name == "count")
+    assert counting.data.tags["radt.examples_source"] == "script"
+    assert epochs(workspace, counting) == [0.0, 1.0]  # autolog's marks: the loader ran out
 
 
 OWN = """

@@ -999,6 +999,59 @@ def test_a_figure_that_cannot_be_computed_never_stops_the_run_completing(store, 
 
 # --------------------------------------------------------------------------- end to end
 
+# Batches timed by sleep, and after each epoch's last batch a 3 s tail (logging, validation) before
+# radt.log_epoch. The script records the exact time.time() value of each radT call (one read per
+# call, as the run API makes it) in calls.json.
+TAIL = """
+import json, sys, time
+real = time.time
+reads = []
+def clock():
+    t = real()
+    if sys._getframe(1).f_globals.get("__name__") == "radt.run_api":
+        reads.append(t)
+    return t
+time.time = clock
+import radt
+calls = []
+for epoch in range(3):
+    for batch in range(6):
+        time.sleep(0.05)
+        first = len(reads)
+        radt.log_examples(10)
+        calls.append(["examples", 10, reads[first:]])
+    time.sleep(3.0 if epoch == 2 else 0.5)
+    first = len(reads)
+    radt.log_epoch(epoch)
+    calls.append(["epoch", epoch, reads[first:]])
+with open("calls.json", "w") as f:
+    json.dump(calls, f)
+"""
+
+
+@pytest.mark.slow
+def test_the_window_ends_at_the_last_example_not_at_the_tail_before_the_epoch_mark(workspace):
+    """A recorded run's examples/s is its examples from the end of epoch 0 to its last
+    ``radt.log_examples`` call over that time, whatever the script does before its last mark."""
+    import json
+
+    workspace.script("tail.py", TAIL)
+    done = workspace.run(["-e", "tail", "-l", "none", "tail.py"])
+    assert done.returncode == 0, done.stderr
+    calls = json.loads((workspace.root / "calls.json").read_text())
+    assert all(len(reads) == 1 for _, _, reads in calls), calls
+    epoch_t = [reads[0] for kind, _, reads in calls if kind == "epoch"]
+    last_t = [reads[0] for kind, _, reads in calls if kind == "examples"][-1]
+    # from epoch 0's mark (60 examples counted) to the last call (180): 120 examples
+    start, seconds = epoch_t[0], last_t - epoch_t[0]
+    row = summary("tail", tracking_uri=workspace.uri).iloc[0]
+    assert (row["basis"], row["warmup"], row["examples"]) == ("examples", "first_epoch", 120)
+    assert row["window_start"].timestamp() == pytest.approx(start, abs=1e-6)
+    assert row["window_end"].timestamp() == pytest.approx(last_t, abs=1e-6)
+    assert row["examples_per_s"] == pytest.approx(120 / seconds, rel=1e-4)
+    assert 120 / (epoch_t[-1] - start) < 0.7 * row["examples_per_s"]  # what the tail would cost
+
+
 EPOCH_LINE = re.compile(r"epoch (\d+): loss [\d.]+, (\d+) examples/s")
 REPO_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -250,12 +250,15 @@ def last_example_s(t: Timeline) -> float:
     overlap and a distributed job's). The run API stamps a count with the time of the last
     ``radt.log_examples`` call it includes and repeats it at an epoch mark with the mark's time
     (runs recorded before it did so sent only the latter), so a sample after the last increase
-    only says that nothing more was counted, and the window ends before it.
+    only says that nothing more was counted, and the window ends before it. The first sample
+    that reaches the final value, not the last change: in a run of several processes a count
+    stamped with an earlier call's time can reach radT after another process's later one, and
+    the sum then dips between them.
     """
     if not len(t.counter_s):
         return NAN
-    changed = np.flatnonzero(t.counter[1:] != t.counter[:-1])
-    return float(t.counter_s[changed[-1] + 1 if len(changed) else 0])
+    reached = np.flatnonzero(t.counter >= t.counter[-1])
+    return float(t.counter_s[reached[0]])
 
 
 def client_window(t: Timeline) -> Window:

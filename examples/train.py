@@ -6,7 +6,9 @@ the loss lands in the run radT created, through ``MLFLOW_RUN_ID``: one
 inside the steps, whose time would then measure MLflow (a first call takes about
 a second, later ones ~0.1 s); and
 ``radt.log_examples``/``radt.log_epoch`` record examples and epochs for the
-time- and energy-per-example summaries, and ``radt.phase`` marks the phases of
+time- and energy-per-example summaries (its last line, ``steady state: N examples/s``, is
+measured over the span of radT's default window, from the end of epoch 0 to the last batch,
+so that it is the figure ``radt runs`` shows), and ``radt.phase`` marks the phases of
 each step (data, forward, backward, step) for ``radt.phases`` (time and energy
 share per phase; with ``-l torch`` they show in the profiler's trace too). On
 its own it makes a run of its own.
@@ -161,6 +163,41 @@ def shared_batches(args: argparse.Namespace) -> Iterator[Iterator[tuple]]:
         yield epoch()
 
 
+class SteadyState:
+    """The training's examples/s over the span radT's default window covers, to compare with
+    ``radt runs``: from the end of epoch 0 (with one epoch: from the first batch, which it leaves
+    out) to the last batch; what the script does after its last batch (logging, printing) is not
+    in it. The per-epoch rates also hold each epoch's first batch and none of its tail."""
+
+    def __init__(self, epochs: int) -> None:
+        self.from_epoch = epochs >= 2  # radT's warm-up: the first epoch when there are two
+        self.start_t = self.end_t = math.nan
+        self.start_n = self.n = 0
+
+    def counted(self, n: int) -> None:
+        """After each ``radt.log_examples(n)`` call."""
+        self.n += n
+        self.end_t = time.time()
+        if not self.from_epoch and self.n == n:  # the first batch ends the warm-up
+            self.start_t, self.start_n = self.end_t, self.n
+
+    def epoch_end(self, epoch: int) -> None:
+        """Just before ``radt.log_epoch(epoch)``."""
+        if self.from_epoch and epoch == 0:
+            self.start_t, self.start_n = time.time(), self.n
+
+    def line(self) -> str:
+        """What the script prints at its end."""
+        seconds, examples = self.end_t - self.start_t, self.n - self.start_n
+        span = "the end of epoch 0" if self.from_epoch else "the first batch"
+        if not seconds > 0 or not examples:
+            return f"steady state: no examples after {span} (radT's window is empty too)"
+        return (
+            f"steady state: {examples / seconds:.0f} examples/s ({examples} examples in "
+            f"{seconds:.2f} s, from {span} to the last batch: radT's default window)"
+        )
+
+
 def main() -> None:
     """Train, logging the mean loss and the throughput once per epoch."""
     args = parse_args()
@@ -172,6 +209,7 @@ def main() -> None:
     loss_fn = nn.CrossEntropyLoss()
     epochs = shared_batches(args) if args.shared_loader else own_batches(args)
     steps = math.ceil(args.examples / args.batch_size)  # batches per epoch, either way
+    steady = SteadyState(args.epochs)
     for epoch, batches in enumerate(epochs):
         began = time.perf_counter()
         seen = 0
@@ -194,6 +232,7 @@ def main() -> None:
             with radt.phase("step"):
                 optimiser.step()
             radt.log_examples(len(y))
+            steady.counted(len(y))
             seen += len(y)
             loss_sum += loss.detach()
         seconds = time.perf_counter() - began
@@ -204,7 +243,9 @@ def main() -> None:
             f"epoch {epoch}: loss {mean_loss:.4f}, {throughput:.0f} examples/s ({seen} examples)",
             flush=True,
         )
+        steady.epoch_end(epoch)
         radt.log_epoch(epoch)
+    print(steady.line(), flush=True)
 
 
 if __name__ == "__main__":

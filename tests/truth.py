@@ -159,9 +159,9 @@ class Readings(TrainerCallback):
         out["examples"].append([time.time(), state["count"]])
 
     def on_epoch_end(self, args, st, control, **kw):
-        out["epochs"].append(time.time())
-        state["epoch"] += 1
         time.sleep(0.2)  # a tail after the epoch's last batch, before radT's callback marks it
+        out["epochs"].append(time.time())  # radT's callback, next, marks the epoch
+        state["epoch"] += 1
 
 
 class Batches(Trainer):
@@ -315,8 +315,9 @@ def client_figures(timeline: Timeline, warmup: str = "first_epoch", energy: bool
     return got
 
 
-def provider_figures(timelines: list[Timeline]) -> dict:
-    """A workload's figures: over the overlap of its clients' windows."""
+def provider_figures(timelines: list[Timeline], gpus: int = 1) -> dict:
+    """A workload's (a job's) figures: over the overlap of its clients' (nodes') windows;
+    ``gpus`` stand-in GPUs in all."""
     windows = [t.window() for t in timelines]
     start, end = max(w[0] for w in windows), min(w[1] for w in windows)
     window_s = end - start
@@ -326,8 +327,8 @@ def provider_figures(timelines: list[Timeline]) -> dict:
         "examples": examples,
         "examples_per_s": examples / window_s,
         "time_per_example_ns": 1e9 * window_s / examples,
-        "energy_j": POWER_W * window_s,
-        "energy_per_example_nj": 1e9 * POWER_W * window_s / examples,
+        "energy_j": gpus * POWER_W * window_s,
+        "energy_per_example_nj": 1e9 * gpus * POWER_W * window_s / examples,
         "per_client": [t.counter(end) - t.counter(start) for t in timelines],
     }
 
@@ -517,18 +518,21 @@ def pair_cells(case: Case, ws: Workspace, table, configuration: str) -> None:
     )
 
 
+LONGER = "--epochs 5"
+"""Where two processes must overlap: five epochs, a window of about 4 s."""
+
 PLAN = (
-    "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners\n"
-    "truth, alone, , , 0, none, timeline.py, nvml\n"
-    "truth, pair, , , 0, {mode}, timeline.py, nvml\n"
-    "truth, pair, , , 0, {mode}, timeline.py, nvml\n"
+    "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params\n"
+    "truth, alone, , , 0, none, timeline.py, nvml, {args}\n"
+    "truth, pair, , , 0, {mode}, timeline.py, nvml, {args}\n"
+    "truth, pair, , , 0, {mode}, timeline.py, nvml, {args}\n"
 )
 
 
 def plan_pair(mode: str) -> Callable[[Path, Path], Case]:
     def record(base: Path, template_db: Path) -> Case:
         ws = workspace(base, template_db)
-        (ws.root / "plan.csv").write_text(PLAN.format(mode=mode))
+        (ws.root / "plan.csv").write_text(PLAN.format(mode=mode, args=LONGER))
         ran(ws, ["plan.csv"])
         case = Case(f"{mode} pair")
         pair_cells(case, ws, summary_rows(ws, "truth"), f"{mode} x2")
@@ -540,7 +544,7 @@ def plan_pair(mode: str) -> Callable[[Path, Path], Case]:
 
 STUDY = """\
 experiment: truth
-file: timeline.py
+file: timeline.py --epochs 5
 listeners: nvml
 devices: 0
 collocation: [none, naive x2]
@@ -573,11 +577,11 @@ while True:
 '''
 
 LOADER_PLAN = (
-    "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Role\n"
-    "truth, alone, , , 0, none, timeline.py, nvml,\n"
-    "truth, shared, , , 0, naive, loader.py, nvml, loader\n"
-    "truth, shared, , , 0, naive, timeline.py, nvml,\n"
-    "truth, shared, , , 0, naive, timeline.py, nvml,\n"
+    "Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Role, Params\n"
+    "truth, alone, , , 0, none, timeline.py, nvml, , {args}\n"
+    "truth, shared, , , 0, naive, loader.py, nvml, loader,\n"
+    "truth, shared, , , 0, naive, timeline.py, nvml, , {args}\n"
+    "truth, shared, , , 0, naive, timeline.py, nvml, , {args}\n"
 )
 
 
@@ -585,7 +589,7 @@ def shared_loader(base: Path, template_db: Path) -> Case:
     """A naive pair fed by one shared loader (a stand-in that listens on its ports)."""
     ws = workspace(base, template_db)
     ws.script("loader.py", LOADER)
-    (ws.root / "plan.csv").write_text(LOADER_PLAN)
+    (ws.root / "plan.csv").write_text(LOADER_PLAN.format(args=LONGER))
     ran(ws, ["plan.csv"])
     case = Case("shared loader")
     pair_cells(case, ws, summary_rows(ws, "truth"), "naive x2 + shared loader")
@@ -620,7 +624,7 @@ def group(base: Path, template_db: Path) -> Case:
     import uuid
 
     ws = workspace(base, template_db)
-    ran(ws, ["-e", "truth", "-l", "nvml", "timeline.py"])
+    ran(ws, ["-e", "truth", "-l", "nvml", "timeline.py", *LONGER.split()])
     name = f"truth-{uuid.uuid4().hex[:8]}"
     nodes = []
     for rank, node in enumerate("ab"):
@@ -630,7 +634,7 @@ def group(base: Path, template_db: Path) -> Case:
             "RADT_NODE_RANK": str(rank),
             "RADT_NODES": "2",
         }
-        args = ["-e", "truth", "-l", "nvml", "--group", name, "timeline.py"]
+        args = ["-e", "truth", "-l", "nvml", "--group", name, "timeline.py", *LONGER.split()]
         nodes.append(
             subprocess.Popen(
                 ws.argv(args),
@@ -649,7 +653,7 @@ def group(base: Path, template_db: Path) -> Case:
     one = Timeline.of(ws, run_row(table, level="run")["run_id"])
     a, b = (Timeline.of(ws, run_id) for run_id in table[table["level"] == "node"]["run_id"])
     case = Case("2-node group")
-    job = provider_figures([a, b])
+    job = provider_figures([a, b], gpus=2)
     row = run_row(table, level="job")
     case.add_figures("job ", job, row, TWO)
     per_gpu = job["examples_per_s"] / 2

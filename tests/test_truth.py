@@ -102,7 +102,7 @@ def cells():
     for path, figures in FIGURES.items():
         marks = [getattr(pytest.mark, name) for name in PATHS[path][1]]
         for figure in figures:
-            yield pytest.param(path, figure, marks=marks, id=f"{path}:{figure}")
+            yield pytest.param(path, figure, marks=marks, id=f"{path}:{figure}".replace(" ", "-"))
 
 
 @pytest.fixture(scope="module")

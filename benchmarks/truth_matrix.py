@@ -34,6 +34,8 @@ def main() -> None:
                 rows.append([path, "(recording)", "-", "-", "-", f"FAILED: {case.failure}"])
             for figure, cell in case.cells.items():
                 verdict = "ok" if cell.ok else f"WRONG (over {cell.tolerance_pct:g} %)"
+                if not cell.ok and cell.note:
+                    verdict += f": {cell.note}"
                 rows.append(
                     [
                         path,

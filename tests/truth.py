@@ -343,6 +343,8 @@ class Cell:
     expected: float
     measured: float
     tolerance_pct: float
+    note: str = ""
+    """The row's ``window_note``: why radT left a figure out, if it did."""
 
     @property
     def error_pct(self) -> float:
@@ -364,15 +366,18 @@ class Case:
     failure: str | None = None
     skipped: str | None = None
 
-    def add(self, figure: str, expected: float, measured, tolerance_pct: float = ONE) -> None:
-        self.cells[figure] = Cell(float(expected), float(measured), tolerance_pct)
+    def add(
+        self, figure: str, expected: float, measured, tolerance_pct: float = ONE, row=None
+    ) -> None:
+        note = "" if row is None else str(row.get("window_note") or "")
+        self.cells[figure] = Cell(float(expected), float(measured), tolerance_pct, note)
 
     def add_figures(
         self, prefix: str, expected: dict, row, tolerance_pct: float = ONE, names=None
     ) -> None:
         """A cell per figure of ``expected`` against the summary ``row``'s column."""
         for name in names or [n for n in expected if n != "per_client"]:
-            self.add(f"{prefix}{name}", expected[name], row[name], tolerance_pct)
+            self.add(f"{prefix}{name}", expected[name], row[name], tolerance_pct, row)
 
 
 def workspace(base: Path, template_db: Path) -> Workspace:
@@ -440,7 +445,7 @@ def lone(base: Path, template_db: Path) -> Case:
     timeline = Timeline.of(ws, row["run_id"])
     case = Case("lone")
     case.add_figures("", client_figures(timeline), row)
-    case.add("slowdown", 1.0, row["slowdown"])  # its own baseline
+    case.add("slowdown", 1.0, row["slowdown"], row=row)  # its own baseline
     phase_cells(case, ws, row["run_id"], timeline)
     return case
 
@@ -496,9 +501,13 @@ def pair_cells(case: Case, ws: Workspace, table, configuration: str) -> None:
         letter = row["letter"]
         case.add_figures(f"client {letter} ", mine, row)
         slowdown = mine["time_per_example_ns"] / alone["time_per_example_ns"]
-        case.add(f"client {letter} slowdown", slowdown, row["slowdown"], TWO)
+        case.add(f"client {letter} slowdown", slowdown, row["slowdown"], TWO, row)
         case.add(
-            f"client {letter} time_per_example_norm", slowdown, row["time_per_example_norm"], TWO
+            f"client {letter} time_per_example_norm",
+            slowdown,
+            row["time_per_example_norm"],
+            TWO,
+            row,
         )
     provider = provider_figures(timelines)
     case.add_figures("provider ", provider, provider_row, TWO)
@@ -509,12 +518,14 @@ def pair_cells(case: Case, ws: Workspace, table, configuration: str) -> None:
         provider["window_s"] / need_s,
         provider_row["time_per_example_norm"],
         TWO,
+        provider_row,
     )
     case.add(
         "provider energy_per_example_norm",
         provider["energy_j"] / need_j,
         provider_row["energy_per_example_norm"],
         TWO,
+        provider_row,
     )
 
 
@@ -657,10 +668,10 @@ def group(base: Path, template_db: Path) -> Case:
     row = run_row(table, level="job")
     case.add_figures("job ", job, row, TWO)
     per_gpu = job["examples_per_s"] / 2
-    case.add("job gpus", 2, row["gpus"], 0.0)
-    case.add("job examples_per_s_per_gpu", per_gpu, row["examples_per_s_per_gpu"], TWO)
+    case.add("job gpus", 2, row["gpus"], 0.0, row)
+    case.add("job examples_per_s_per_gpu", per_gpu, row["examples_per_s_per_gpu"], TWO, row)
     lone_rate = client_figures(one)["examples_per_s"]
-    case.add("job scaling_efficiency", per_gpu / lone_rate, row["scaling_efficiency"], TWO)
+    case.add("job scaling_efficiency", per_gpu / lone_rate, row["scaling_efficiency"], TWO, row)
     return case
 
 

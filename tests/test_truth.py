@@ -129,5 +129,6 @@ def test_truth(recorded, path, figure):
     cell = case.cells[figure]
     assert cell.ok, (
         f"{path} × {figure}: expected {cell.expected:.6g}, measured {cell.measured:.6g} "
-        f"({cell.error_pct:+.2f} %, tolerance {cell.tolerance_pct} %); radT's note: {cell.note or '-'}"
+        f"({cell.error_pct:+.2f} %, tolerance {cell.tolerance_pct} %); "
+        f"radT's note: {cell.note or '-'}"
     )

@@ -23,7 +23,8 @@
 # Guarded: nothing here changes a GPU setting. Every nvidia-smi call (radT's included) goes
 # through a guard in front of the real tool that refuses the setting flags listed in
 # FORBIDDEN below (exit 3, logged in logs/guard_refused.txt); dcgmi is let through for
-# `dmon`, `discovery` and `--version` only. The plan sets no PowerLimit or GpuClock and no
+# `dmon`, `discovery` and `--version` only; ncu profiles with `--clock-control none` (its
+# default locks the clocks at base while it profiles). The plan sets no PowerLimit or GpuClock and no
 # MIG profile. The MPS pair's control daemon is radT's own, with a private pipe folder, quit
 # by radT's teardown; this script's EXIT trap quits any daemon left in its private folders.
 # The whole run keeps to GPU_CHECK_BUDGET_S (default 360 s): each step runs under `timeout`,
@@ -39,7 +40,8 @@
 #                       on the lent machines and nothing can be downloaded there. Without
 #                       them the install step fails and says so, the radT steps fail fast,
 #                       and the nvidia-smi steps still bring back what they read.
-#   GPU_CHECK_TRAIN_S   seconds each training runs (default 20)
+#   GPU_CHECK_TRAIN_S   seconds each training of the plan runs (default 15; the profiled
+#                       runs half of it)
 #   GPU_CHECK_BUDGET_S  the whole run's limit (default 360)
 #   GPU_CHECK_DRY=1     the stand-in run of tests/test_gpu_check.py: the same steps, with a
 #                       5 s doctor load, 4 s trainings of a tiny network on the CPU, and
@@ -67,7 +69,7 @@ if [ "$DRY" = 1 ]; then
     DEVICE=cpu
     TRAIN_ARGS="--width 4 --batch-size 8 --steps-per-epoch 10 --threads 1"
 else
-    TRAIN_S=${GPU_CHECK_TRAIN_S:-20}
+    TRAIN_S=${GPU_CHECK_TRAIN_S:-15}
     BUDGET_S=${GPU_CHECK_BUDGET_S:-360}
     LIMIT_SCALE=${GPU_CHECK_LIMIT_SCALE:-1}
     MEASURE_S=30
@@ -158,6 +160,7 @@ step() {
 
 REAL_SMI=$(command -v nvidia-smi || true)
 REAL_DCGMI=$(command -v dcgmi || true)
+REAL_NCU=$(command -v ncu || true)
 make_guard() {
     local pattern="" flag
     for flag in $FORBIDDEN; do
@@ -191,6 +194,28 @@ echo "dcgmi \$*" >>"$TREE/logs/guard_refused.txt"
 exit 3
 EOF
         chmod +x "$TMPROOT/guard/dcgmi"
+    fi
+    if [ -n "$REAL_NCU" ]; then
+        # ncu locks the GPU's clocks at base while it profiles (its default --clock-control
+        # base): here it profiles with the clocks left as they are
+        cat >"$TMPROOT/guard/ncu" <<EOF
+#!/usr/bin/env bash
+# gpu_check's guard: ncu profiles with --clock-control none
+case "\${1:-}" in
+    --import | --version | -v | --query-metrics | --list-sets | --list-sections)
+        exec "$REAL_NCU" "\$@" ;;
+esac
+for arg in "\$@"; do
+    case "\$arg" in
+        --clock-control | --clock-control=*)
+            echo "gpu_check guard: refused \\\`ncu \$*\\\`: it sets --clock-control itself" >&2
+            echo "ncu \$*" >>"$TREE/logs/guard_refused.txt"
+            exit 3 ;;
+    esac
+done
+exec "$REAL_NCU" --clock-control none "\$@"
+EOF
+        chmod +x "$TMPROOT/guard/ncu"
     fi
     export PATH=$TMPROOT/guard:$PATH
 }
@@ -432,6 +457,8 @@ profile() { # profile LISTENER [-o OPTION]
     SKIP_REASON=$TRAIN_SKIP
     if [ -z "$SKIP_REASON" ] && ! available "$name"; then
         SKIP_REASON="listener $name not available here (listeners.txt)"
+    elif [ -z "$SKIP_REASON" ] && [ "$(left_s)" -lt $((90 * LIMIT_SCALE)) ]; then
+        SKIP_REASON="the time left is kept for radt runs and the exports"
     fi
     step "profile-$name" $((TRAIN_S + 120)) - "${RADT[@]}" -e "$EXPERIMENT" -n "profile-$name" \
         -d 0 -l "top+$name" "$@" gpu_check_train.py --seconds "$((TRAIN_S / 2 + 1))" \

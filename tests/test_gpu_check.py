@@ -219,9 +219,16 @@ def test_dry_run_on_the_stand_ins(tmp_path, clean_env):
     logs = tmp_path / "logs"
     logs.mkdir()
     out = tmp_path / "out"
+    # the stand-in ncu, its arguments logged: the guard must give it --clock-control none
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "ncu").write_text(
+        f'#!/bin/sh\necho "$*" >> {logs / "ncu.txt"}\nexec {sys.executable} {FAKES / "ncu"} "$@"\n'
+    )
+    (bin_ / "ncu").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "RADT_", "OUT"))}
     env.update(
-        PATH=f"{FAKES}{os.pathsep}{path_without_nvidia_tools()}",
+        PATH=os.pathsep.join([str(bin_), str(FAKES), path_without_nvidia_tools()]),
         PYTHONPATH=str(FAKES / "pynvml"),
         FAKE_NVIDIA_SMI_MODEL="h100-80gb",
         FAKE_NVIDIA_SMI_LOG=str(logs / "smi.jsonl"),
@@ -285,6 +292,9 @@ def test_dry_run_on_the_stand_ins(tmp_path, clean_env):
     reached = [argv for argv in calls if forbidden_flags() & {a.split("=")[0] for a in argv}]
     assert reached == []
     assert not (tmp_path / "smi-state.json").exists()
+    ncu = (logs / "ncu.txt").read_text().splitlines()
+    profiling = [line for line in ncu if not line.startswith(("--import", "--version"))]
+    assert profiling and all(line.startswith("--clock-control none ") for line in profiling)
     # each MPS pair's daemon was started, and quit
     mps = [json.loads(line) for line in (logs / "mps.jsonl").read_text().splitlines()]
     assert sum(1 for call in mps if call["argv"] == ["-d"]) == 1

@@ -428,6 +428,12 @@ def run_launcher(argv: list[str]) -> int:
     if not command:
         parser.print_usage(sys.stderr)
         raise UsageError("no command given; try `radt examples/train.py --epochs 1`")
+    from radt import warm
+
+    if warm.enabled() and not command[0].lower().endswith(PLAN_SUFFIXES):
+        code = warm.run(argv)  # MLflow already imported there; None: run it here
+        if code is not None:
+            return code
     check_launcher_args(args)
     refuse_original_only(args)
     devices = parse_devices(args.devices)

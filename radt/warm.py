@@ -47,6 +47,7 @@ PRELOAD = (
     "radt.cli",
     "radt.launch.launcher",
     "radt.analysis.closing",
+    "radt.analysis.summary",
     "radt.record.compact",
     "radt.record.sync",
     "mlflow.tracking",

@@ -519,7 +519,9 @@ def run_launcher(argv: list[str]) -> int:
         job=inputs,
         group=args.group,
     )
-    return launch(options)
+    from radt.console import leave
+
+    return leave(launch(options))  # the run is complete: no interpreter teardown after it
 
 
 def run_listeners(argv: list[str]) -> int:

@@ -15,6 +15,10 @@ Conditions:
 - ``plain``: ``python -c "print('first', flush=True)"``;
 - ``radt-none``: ``radt -l none -- python -c ...`` (launcher, no listeners);
 - ``radt``: ``radt -- python -c ...`` (every available listener, default interval);
+- ``radt-base``: ``python -m radt -l none -- python -c ...`` from another copy of radT's code
+  (``--base DIR`` holding ``radt/``, e.g. today's main: ``git archive main radt listeners
+  frontend | tar -x -C DIR`` and ``radt/listeners``, ``radt/frontend`` linked to them) on
+  ``PYTHONPATH``: the code before a change, side by side;
 - ``radt-warm``: ``radt -l none -- python -c ...`` with ``RADT_WARM=1`` and the warm launcher
   (radt/warm.py) started and ready before the rounds, as after a first run; its CPU
   column counts the caller only (the run itself is a fork of the warm launcher, which
@@ -71,6 +75,7 @@ ALL = (
     "plain",
     "radt-none",
     "radt",
+    "radt-base",
     "radt-warm",
     "radt-0.2.30-none",
     "radt-0.2.30",
@@ -112,7 +117,7 @@ def is_first(line: str) -> bool:
     return bool(words) and words[-1] == "first"
 
 
-def build(name: str, root: Path, venv: Path) -> Condition:
+def build(name: str, root: Path, venv: Path, base: Path | None = None) -> Condition:
     folder = root / name
     folder.mkdir()
     uri = f"sqlite:///{folder / 'mlflow.db'}"
@@ -132,6 +137,12 @@ def build(name: str, root: Path, venv: Path) -> Condition:
         argv, label = [radt_bin(), "-l", "none", "--", py, "-c", LINE], "radT `-l none`"
     elif name == "radt":
         argv, label = [radt_bin(), "--", py, "-c", LINE], "radT, default listeners"
+    elif name == "radt-base":
+        if base is None or not (base / "radt" / "__init__.py").exists():
+            raise FileNotFoundError(f"{base}/radt missing: give --base DIR")
+        argv = [py, "-m", "radt", "-l", "none", "--", py, "-c", LINE]
+        label = f"radT `-l none`, code in {base}"
+        env["PYTHONPATH"] = str(base)
     elif name == "radt-warm":
         argv, label = [radt_bin(), "-l", "none", "--", py, "-c", LINE], "radT `-l none`, warm"
         runtime = folder / "rt"
@@ -225,6 +236,7 @@ def main() -> int:
         "--references", action="store_true", help=f"also measure the floors {REFERENCES}"
     )
     parser.add_argument("--venv", default=str(OLD_VENV))
+    parser.add_argument("--base", type=Path, help="radt-base: the folder holding the radt/ to run")
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args()
     text = args.conditions + (f",{REFERENCES}" if args.references else "")
@@ -236,7 +248,7 @@ def main() -> int:
         conditions = CONDITIONS
         for name in names:
             try:
-                conditions.append(build(name, root, Path(args.venv)))
+                conditions.append(build(name, root, Path(args.venv), args.base))
             except (FileNotFoundError, OSError) as exc:
                 print(f"skipping {name}: {exc}", file=sys.stderr)
         try:

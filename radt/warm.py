@@ -220,7 +220,13 @@ def _send(conn: socket.socket, argv: list[str]) -> None:
     umask = os.umask(0)
     os.umask(umask)
     body = json.dumps(
-        {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask}
+        {
+            "argv": argv,
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "umask": umask,
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        }
     ).encode()
     message = HEADER.pack(len(body)) + body
     sent = socket.send_fds(conn, [message[:4096]], [0, 1, 2])
@@ -399,6 +405,8 @@ def _run_radt(request: dict, fds: list[int]) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(request["cwd"])
     os.umask(request["umask"])
+    with contextlib.suppress(OSError, KeyError, TypeError):  # raising it needs no privilege
+        os.setpriority(os.PRIO_PROCESS, 0, request["nice"])
     os.environ.clear()
     os.environ.update(request["env"])
     import random
@@ -415,6 +423,11 @@ def _run_radt(request: dict, fds: list[int]) -> int:
         code = main(list(request["argv"]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # as the interpreter would: the traceback on stderr, exit status 1
+        import traceback
+
+        traceback.print_exc()
+        code = 1
     import atexit
 
     with contextlib.suppress(Exception):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +25,7 @@ def parent(pid):
 radt = os.getppid()  # radT's process: a fork of a fork of the warm launcher
 print("run", os.environ["MLFLOW_RUN_ID"], "cwd", os.getcwd(), flush=True)
 print("only", os.environ.get("ONLY_THIS_CALL", "-"), flush=True)
+print("nice", os.getpriority(os.PRIO_PROCESS, 0), flush=True)
 print("ancestor", parent(parent(radt)), flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 sys.exit(int(sys.argv[1]))
@@ -71,11 +74,20 @@ def test_a_run_through_the_warm_launcher_is_the_callers_run(workspace, tmp_path)
         sock, server = server_of(env)
         assert sock.stat().st_mode & 0o777 == 0o600
         env2 = {**env, "ONLY_THIS_CALL": "yes"}
-        done = ws.run(["-l", "none", "-n", "second", "--", "python", "cmd.py", "3"], env=env2)
+        args = ["-l", "none", "-n", "second", "--", "python", "cmd.py", "3"]
+        done = subprocess.run(  # niced by 7: the run takes the caller's niceness
+            ["nice", "-n", "7", sys.executable, "-m", "radt", *args],
+            cwd=ws.root,
+            env=env2,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 3, done.stderr
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
     assert lines["ancestor"] == str(server)  # forked from the warm launcher
     assert lines["only"] == "yes"  # the caller's environment, not the warm launcher's
+    assert lines["nice"] == str(min(os.getpriority(os.PRIO_PROCESS, 0) + 7, 19))
     run_id, cwd = lines["run"].split(" cwd ")
     assert Path(cwd) == ws.root
     assert "to stderr" in done.stderr

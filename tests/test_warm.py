@@ -148,3 +148,22 @@ def test_its_own_runs_are_refused_as_callers():
     assert warm._descends_from(os.getpid(), os.getppid())
     assert warm._descends_from(os.getpid(), os.getpid())
     assert not warm._descends_from(os.getppid(), os.getpid())
+
+
+def test_the_caller_imports_neither_mlflow_nor_the_analysis():
+    code = (
+        "import sys, radt.cli, radt.warm\n"
+        "heavy = ('mlflow', 'numpy', 'pandas', 'radt.analysis')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "import radt\n"
+        "print(radt.summary.__module__, radt.run.__name__, radt.Listener.__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    expected = ["[]", "radt.analysis.summary radt.run Listener"]
+    assert done.stdout.splitlines() == expected, done.stderr
+
+
+def test_radt_called_from_python_returns_instead_of_leaving():
+    from radt.console import leave
+
+    assert leave(3) == 3  # under pytest, not the radt command: no os._exit

@@ -167,3 +167,19 @@ def test_radt_called_from_python_returns_instead_of_leaving():
     from radt.console import leave
 
     assert leave(3) == 3  # under pytest, not the radt command: no os._exit
+
+
+@pytest.mark.slow
+def test_it_ends_when_idle_and_takes_its_socket_away(tmp_path):
+    folder = tmp_path / "rt"
+    folder.mkdir(mode=0o700)
+    path = folder / "warm-test.sock"
+    env = {**os.environ, "RADT_WARM_IDLE_S": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "radt.warm", str(path)], env=env)
+    try:
+        assert server.wait(timeout=180) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert not path.exists()
+    assert warm.server_pid(path) == server.pid  # what it wrote in its lock file

@@ -446,8 +446,9 @@ def _children() -> list[int]:
     return pids
 
 
-def reap_orphans(wait_s: float = 3.0) -> int:
-    """Reap descendants left behind by a finished run; end any still alive after ``wait_s``.
+def reap_orphans(wait_s: float = 3.0, keep: frozenset[int] = frozenset()) -> int:
+    """Reap descendants left behind by a finished run; end any still alive after ``wait_s``
+    but those in ``keep`` (a warm launcher the benchmark started on purpose).
 
     Only processes that the benchmark's own runs started can be children here.
     Returns how many were ended with SIGTERM.
@@ -457,14 +458,18 @@ def reap_orphans(wait_s: float = 3.0) -> int:
     deadline = time.monotonic() + wait_s
     ended = 0
     while True:
-        try:
-            while True:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-                if pid == 0:
-                    break
-        except ChildProcessError:
-            return ended
-        left = _children()
+        if keep:  # each child but those kept, one at a time
+            for pid in _children():
+                if pid not in keep:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, os.WNOHANG)
+        else:
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0] != 0:
+                    pass
+            except ChildProcessError:
+                return ended
+        left = [pid for pid in _children() if pid not in keep]
         if not left:
             return ended
         if time.monotonic() >= deadline:

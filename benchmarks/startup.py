@@ -15,6 +15,14 @@ Conditions:
 - ``plain``: ``python -c "print('first', flush=True)"``;
 - ``radt-none``: ``radt -l none -- python -c ...`` (launcher, no listeners);
 - ``radt``: ``radt -- python -c ...`` (every available listener, default interval);
+- ``radt-base``: ``python -m radt -l none -- python -c ...`` from another copy of radT's code
+  (``--base DIR`` holding ``radt/``, e.g. today's main: ``git archive main radt listeners
+  frontend | tar -x -C DIR`` and ``radt/listeners``, ``radt/frontend`` linked to them) on
+  ``PYTHONPATH``: the code before a change, side by side;
+- ``radt-warm``: ``radt -l none -- python -c ...`` with ``RADT_WARM=1`` and the warm launcher
+  (radt/warm.py) started and ready before the rounds, as after a first run; its CPU
+  column counts the caller only (the run itself is a fork of the warm launcher, which
+  the kernel reaps: its CPU is not the benchmark's child's);
 - ``radt-0.2.30-none`` / ``radt-0.2.30``: the original radT 0.2.30 in
   ``benchmarks/.venv-radt0230``, which only runs ``.py`` files: ``radt -l none
   hello.py`` and ``radt -l top+iostat+free hello.py`` with ``hello.py`` holding the
@@ -22,12 +30,18 @@ Conditions:
 - reference floors (``--references``): ``python -c "import mlflow"``,
   ``python -c "import radt.launch.launcher"`` and opening the SQLite store with an
   ``MlflowClient``, each followed by the same print.
+
+Beside wall time, each row has the CPU seconds (user + system) of the measured process and
+the children it waited for (``RUSAGE_CHILDREN``), the figure that a loaded machine changes
+least, the ratio to the plain command, and the load average (1 min) when it started.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -61,13 +75,15 @@ ALL = (
     "plain",
     "radt-none",
     "radt",
+    "radt-base",
+    "radt-warm",
     "radt-0.2.30-none",
     "radt-0.2.30",
     "import-mlflow",
     "import-radt",
     "mlflow-client",
 )
-DEFAULT = "plain,radt-none,radt,radt-0.2.30-none,radt-0.2.30"
+DEFAULT = "plain,radt-none,radt,radt-warm,radt-0.2.30-none,radt-0.2.30"
 REFERENCES = "import-mlflow,import-radt,mlflow-client"
 
 
@@ -76,6 +92,10 @@ class Timing:
     first_s: float
     total_s: float
     other_cores: float
+    cpu_s: float
+    """User + system CPU of the measured process and the children it waited for."""
+    load: float
+    """The 1-minute load average as it started."""
 
 
 @dataclass
@@ -87,6 +107,8 @@ class Condition:
     cwd: Path
     timings: list[Timing] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    server: subprocess.Popen | None = None
+    """radt-warm: the warm launcher, started before the rounds, ended after them."""
 
 
 def is_first(line: str) -> bool:
@@ -95,7 +117,7 @@ def is_first(line: str) -> bool:
     return bool(words) and words[-1] == "first"
 
 
-def build(name: str, root: Path, venv: Path) -> Condition:
+def build(name: str, root: Path, venv: Path, base: Path | None = None) -> Condition:
     folder = root / name
     folder.mkdir()
     uri = f"sqlite:///{folder / 'mlflow.db'}"
@@ -115,6 +137,17 @@ def build(name: str, root: Path, venv: Path) -> Condition:
         argv, label = [radt_bin(), "-l", "none", "--", py, "-c", LINE], "radT `-l none`"
     elif name == "radt":
         argv, label = [radt_bin(), "--", py, "-c", LINE], "radT, default listeners"
+    elif name == "radt-base":
+        if base is None or not (base / "radt" / "__init__.py").exists():
+            raise FileNotFoundError(f"{base}/radt missing: give --base DIR")
+        argv = [py, "-m", "radt", "-l", "none", "--", py, "-c", LINE]
+        label = f"radT `-l none`, code in {base}"
+        env["PYTHONPATH"] = str(base)
+    elif name == "radt-warm":
+        argv, label = [radt_bin(), "-l", "none", "--", py, "-c", LINE], "radT `-l none`, warm"
+        runtime = folder / "rt"
+        runtime.mkdir(mode=0o700)
+        env.update(RADT_WARM="1", RADT_WARM_IDLE_S="3600", XDG_RUNTIME_DIR=str(runtime))
     elif name in ("radt-0.2.30-none", "radt-0.2.30"):
         old = old_radt_bin(venv)
         if old is None:
@@ -133,10 +166,42 @@ def build(name: str, root: Path, venv: Path) -> Condition:
     else:
         raise ValueError(name)
     init_store(uri)
-    return Condition(name, label, argv, env, folder)
+    cond = Condition(name, label, argv, env, folder)
+    if name == "radt-warm":
+        cond.server = start_warm(env)
+    return cond
+
+
+def start_warm(env: dict[str, str], timeout_s: float = 300) -> subprocess.Popen:
+    """The warm launcher for ``env``, as the benchmark's own child, once it listens."""
+    code = "from radt import warm; print(warm.socket_path())"
+    path = Path(subprocess.check_output([python_bin(), "-c", code], env=env, text=True).strip())
+    server = subprocess.Popen(
+        [python_bin(), "-m", "radt.warm", str(path)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise OSError(f"the warm launcher did not listen at {path}")
+        time.sleep(0.1)
+    return server
+
+
+def kept() -> frozenset[int]:
+    """The warm launchers, which the reaping between runs leaves alone."""
+    return frozenset(c.server.pid for c in CONDITIONS if c.server is not None)
+
+
+CONDITIONS: list[Condition] = []
 
 
 def measure(cond: Condition, timeout_s: float) -> Timing:
+    load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with Disturbance() as dist:
         began = time.perf_counter()
         proc = subprocess.Popen(
@@ -155,10 +220,12 @@ def measure(cond: Condition, timeout_s: float) -> Timing:
                 first = time.perf_counter() - began
         code = proc.wait(timeout=timeout_s)
         total = time.perf_counter() - began
-        reap_orphans()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        reap_orphans(keep=kept())
     if first is None or code != 0:
         raise RuntimeError(f"exit code {code}, first line {'seen' if first else 'not seen'}")
-    return Timing(first, total, dist.other_cores())
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Timing(first, total, dist.other_cores(), cpu, load)
 
 
 def main() -> int:
@@ -169,6 +236,7 @@ def main() -> int:
         "--references", action="store_true", help=f"also measure the floors {REFERENCES}"
     )
     parser.add_argument("--venv", default=str(OLD_VENV))
+    parser.add_argument("--base", type=Path, help="radt-base: the folder holding the radt/ to run")
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args()
     text = args.conditions + (f",{REFERENCES}" if args.references else "")
@@ -177,14 +245,20 @@ def main() -> int:
     become_subreaper()
     with Priority(args.nice) as priority, scratch("startup", args.keep) as root:
         print(f"workspace: {root}; {priority.how}", file=sys.stderr)
-        conditions = []
+        conditions = CONDITIONS
         for name in names:
             try:
-                conditions.append(build(name, root, Path(args.venv)))
+                conditions.append(build(name, root, Path(args.venv), args.base))
             except (FileNotFoundError, OSError) as exc:
                 print(f"skipping {name}: {exc}", file=sys.stderr)
-        for round_no, cond in rotated(conditions, args.repeats):
-            measure_one(args, round_no, cond)
+        try:
+            for round_no, cond in rotated(conditions, args.repeats):
+                measure_one(args, round_no, cond)
+        finally:
+            for cond in conditions:
+                if cond.server is not None:
+                    cond.server.terminate()
+                    cond.server.wait()
     print()
     print(report(args, conditions, priority.how))
     return 0
@@ -196,8 +270,9 @@ def measure_one(args: argparse.Namespace, round_no: int, cond: Condition) -> Non
     def said(timing: Timing, again: bool) -> None:
         print(
             f"round {round_no + 1}/{args.repeats} {cond.name:18s} first line "
-            f"{timing.first_s:6.2f} s  total {timing.total_s:6.2f} s  "
-            f"others {timing.other_cores:.2f} cores" + ("  (disturbed, again)" * again),
+            f"{timing.first_s:6.2f} s  total {timing.total_s:6.2f} s  cpu {timing.cpu_s:5.2f} s  "
+            f"load {timing.load:.1f}  others {timing.other_cores:.2f} cores"
+            + ("  (disturbed, again)" * again),
             file=sys.stderr,
             flush=True,
         )
@@ -217,7 +292,7 @@ def report(args: argparse.Namespace, conditions: list[Condition], how: str) -> s
     rows = []
     for cond in conditions:
         if not cond.timings:
-            rows.append([cond.label, "failed", "–", "–", "–", "–", "–", "–"])
+            rows.append([cond.label, "failed", *["–"] * 9])
             continue
         firsts = [t.first_s for t in cond.timings]
         totals = [t.total_s for t in cond.timings]
@@ -227,25 +302,33 @@ def report(args: argparse.Namespace, conditions: list[Condition], how: str) -> s
                 f"{median(firsts):.2f}",
                 spread(firsts, ".2f"),
                 f"+{median(firsts) - base_first:.2f}" if cond is not plain else "–",
+                f"{median(firsts) / base_first:.1f}×" if cond is not plain else "–",
                 f"{median(totals):.2f}",
                 f"+{median(totals) - base_total:.2f}" if cond is not plain else "–",
                 f"{median(totals) - median(firsts):.2f}",
+                f"{median([t.cpu_s for t in cond.timings]):.2f}",
+                spread([t.load for t in cond.timings], ".1f"),
                 f"{max(t.other_cores for t in cond.timings):.2f}",
             ]
         )
     notes = (
         f"Median of {args.repeats} interleaved runs; seconds. "
-        "'after first line' = total − first line: the end-of-run work. "
-        f"Priority: {how}; 'others' = cores used by other processes meanwhile (max)."
+        "'after first line' = total − first line: the end-of-run work. 'CPU s': user + "
+        "system of the process and its waited-for children (warm: the caller only). "
+        f"Priority: {how}; 'load': the 1-min load average at each start (min–max); "
+        "'others' = cores used by other processes meanwhile (max)."
     )
     columns = [
         "condition",
         "first line s",
         "min–max",
         "vs plain",
+        "ratio",
         "total wall s",
         "vs plain",
         "after first line s",
+        "CPU s",
+        "load",
         "others (max cores)",
     ]
     return results("Start-up latency", notes, columns, rows)

@@ -437,6 +437,12 @@ def run_launcher(argv: list[str]) -> int:
     if not command:
         parser.print_usage(sys.stderr)
         raise UsageError("no command given; try `radt examples/train.py --epochs 1`")
+    from radt import warm
+
+    if warm.enabled() and not command[0].lower().endswith(PLAN_SUFFIXES):
+        code = warm.run(argv)  # MLflow already imported there; None: run it here
+        if code is not None:
+            return code
     check_launcher_args(args)
     refuse_original_only(args)
     devices = parse_devices(args.devices)
@@ -522,7 +528,9 @@ def run_launcher(argv: list[str]) -> int:
         job=inputs,
         group=args.group,
     )
-    return launch(options)
+    from radt.console import leave
+
+    return leave(launch(options))  # the run is complete: no interpreter teardown after it
 
 
 def run_listeners(argv: list[str]) -> int:

@@ -93,3 +93,33 @@ def install_lines() -> None:
         logger.addHandler(_LINES)
     logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+def leave(code: int) -> int:
+    """End radT's own process now with ``code``, without the interpreter's teardown, when this
+    process is the ``radt`` command (``radt …``, ``python -m radt …``); else return ``code``.
+
+    Called once a run is complete (or kept for ``radt sync``): freeing the modules and objects
+    of MLflow and radT took 0.3–0.8 s after the run was already recorded. What a normal exit
+    does first is done here too: other non-daemon threads are waited for, ``atexit`` handlers
+    run, logging is shut down and both streams are flushed.
+    """
+    import threading
+    from pathlib import Path
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    script = Path(getattr(main, "__file__", None) or "").name
+    if not ((spec is not None and spec.name == "radt.__main__") or script == "radt"):
+        return code  # radT called from Python (a test, a notebook): a normal return
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    import atexit
+
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)

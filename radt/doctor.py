@@ -433,6 +433,10 @@ def probe_places(facts: Facts) -> list[Row]:
             "" if job else "run inside salloc/sbatch to record the job's tags",
         )
     )
+    from radt import warm
+
+    serving, why = warm.describe()
+    rows.append(Row("warm", "warm launcher", serving, why, "" if serving else warm.ADVICE))
     return rows
 
 
@@ -445,7 +449,7 @@ PROBES: list[tuple[tuple[str, ...], Callable[[Facts], list[Row]]]] = [
     (("set_clocks",), probe_clock_rights),
     (("rapl", "nsys", "ncu"), probe_listeners),
     (("torch_cuda", "tensorsocket"), probe_python),
-    (("tracking", "radt_home", "slurm"), probe_places),
+    (("tracking", "radt_home", "slurm", "warm"), probe_places),
 ]
 """Each probe with the rows it answers (``gpuN`` rows come from the driver's probe on top):
 the names --require takes."""

@@ -168,6 +168,7 @@ def test_select_picks_available_by_default_and_refuses_unknown():
     assert select(None, found) == [found["ok"].listener]
     assert select("prof", found) == [found["prof"].listener]
     assert select("none", found) == []
+    assert select(" None ") == []  # no listener is loaded nor asked (discovery takes ~0.4 s)
     with pytest.raises(UsageError, match="unknown listener nope; known listeners: ok, gone, prof"):
         select("ok+nope", found)
     with pytest.raises(UsageError, match=r"gone \(tool missing\)"):

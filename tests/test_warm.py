@@ -1,0 +1,185 @@
+"""The warm launcher (radt/warm.py): a run forked from it is the caller's run, in every way the
+caller can see; it is never needed, private to its user, and ends when idle."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from radt import warm
+
+COMMAND = """
+import os, sys
+from pathlib import Path
+
+def parent(pid):
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+radt = os.getppid()  # radT's process: a fork of a fork of the warm launcher
+print("run", os.environ["MLFLOW_RUN_ID"], "cwd", os.getcwd(), flush=True)
+print("only", os.environ.get("ONLY_THIS_CALL", "-"), flush=True)
+print("nice", os.getpriority(os.PRIO_PROCESS, 0), flush=True)
+print("ancestor", parent(parent(radt)), flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def warm_env(ws, tmp_path: Path) -> dict[str, str]:
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    return {**ws.env, "RADT_WARM": "1", "RADT_WARM_IDLE_S": "60", "XDG_RUNTIME_DIR": str(runtime)}
+
+
+def server_of(env: dict[str, str], timeout_s: float = 180) -> tuple[Path, int]:
+    """The warm launcher's socket and pid, once it listens."""
+    folder = Path(env["XDG_RUNTIME_DIR"]) / "radt"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for sock in folder.glob("warm-*.sock"):
+            pid = warm.server_pid(sock)
+            if pid:
+                return sock, pid
+        time.sleep(0.2)
+    raise AssertionError(f"no warm launcher listened in {folder} within {timeout_s} s")
+
+
+@contextlib.contextmanager
+def ended(env: dict[str, str]):
+    """End the test's warm launcher (by its pid) whatever the test did."""
+    try:
+        yield
+    finally:
+        for lock in (Path(env["XDG_RUNTIME_DIR"]) / "radt").glob("warm-*.lock"):
+            pid = warm.server_pid(lock.with_suffix(".sock"))
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+
+
+def test_a_run_through_the_warm_launcher_is_the_callers_run(workspace, tmp_path):
+    ws = workspace
+    ws.script("cmd.py", COMMAND)
+    env = warm_env(ws, tmp_path)
+    with ended(env):
+        first = ws.run(["-l", "none", "-n", "first", "--", "python", "cmd.py", "0"], env=env)
+        assert first.returncode == 0, first.stderr  # run here; a warm launcher starts meanwhile
+        sock, server = server_of(env)
+        assert sock.stat().st_mode & 0o777 == 0o600
+        env2 = {**env, "ONLY_THIS_CALL": "yes"}
+        args = ["-l", "none", "-n", "second", "--", "python", "cmd.py", "3"]
+        done = subprocess.run(  # niced by 7: the run takes the caller's niceness
+            ["nice", "-n", "7", sys.executable, "-m", "radt", *args],
+            cwd=ws.root,
+            env=env2,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 3, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["ancestor"] == str(server)  # forked from the warm launcher
+    assert lines["only"] == "yes"  # the caller's environment, not the warm launcher's
+    assert lines["nice"] == str(min(os.getpriority(os.PRIO_PROCESS, 0) + 7, 19))
+    run_id, cwd = lines["run"].split(" cwd ")
+    assert Path(cwd) == ws.root
+    assert "to stderr" in done.stderr
+    assert f"radt: run {run_id} FAILED (exit code 3)" in done.stderr
+    run = ws.client().get_run(run_id)
+    assert run.info.status == "FAILED" and run.info.run_name == "second"
+    assert run.data.tags["radt.exit_code"] == "3"
+    assert not (ws.home / "runs" / run_id).exists()  # finished, nothing left to sync
+
+
+@pytest.mark.slow
+def test_the_callers_signal_stops_its_run_and_a_gone_warm_launcher_is_not_needed(
+    workspace, tmp_path
+):
+    ws = workspace
+    ws.script("sleepy.py", "import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    env = warm_env(ws, tmp_path)
+    with ended(env):
+        ws.run(["-l", "none", "--", "python", "-c", "pass"], env=env)
+        _, server = server_of(env)
+        ws.env = env
+        proc = ws.start(["-l", "none", "--", "python", "sleepy.py"])
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert "KILLED" in err
+        os.kill(server, signal.SIGKILL)  # gone: the next run runs here, as without it
+        done = ws.run(["-l", "none", "--", "python", "-c", "print('alone')"], env=env)
+        assert done.returncode == 0 and done.stdout.strip() == "alone", done.stderr
+        assert {r.info.status for r in ws.runs()} == {"FINISHED", "KILLED"}
+
+
+def test_not_used_inside_slurm_or_unless_asked(monkeypatch):
+    monkeypatch.delenv("RADT_WARM", raising=False)
+    assert not warm.enabled()
+    assert warm.describe() == (True, "off (RADT_WARM=1 starts runs through one)")
+    monkeypatch.setenv("RADT_WARM", "1")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert warm.enabled()
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert not warm.enabled()
+
+
+def test_its_folder_must_be_private(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    folder = warm.private_folder()
+    assert folder == tmp_path / "radt" and folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o755)  # others may enter: no socket there
+    assert warm.private_folder() is None
+    assert warm.socket_path() is None
+    monkeypatch.setenv("RADT_WARM", "1")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert warm.describe() == (False, "no private folder for its socket")
+
+
+def test_its_own_runs_are_refused_as_callers():
+    assert warm._descends_from(os.getpid(), os.getppid())
+    assert warm._descends_from(os.getpid(), os.getpid())
+    assert not warm._descends_from(os.getppid(), os.getpid())
+
+
+def test_the_caller_imports_neither_mlflow_nor_the_analysis():
+    code = (
+        "import sys, radt.cli, radt.warm\n"
+        "heavy = ('mlflow', 'numpy', 'pandas', 'radt.analysis')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "import radt\n"
+        "print(radt.summary.__module__, radt.run.__name__, radt.Listener.__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    expected = ["[]", "radt.analysis.summary radt.run Listener"]
+    assert done.stdout.splitlines() == expected, done.stderr
+
+
+def test_radt_called_from_python_returns_instead_of_leaving():
+    from radt.console import leave
+
+    assert leave(3) == 3  # under pytest, not the radt command: no os._exit
+
+
+@pytest.mark.slow
+def test_it_ends_when_idle_and_takes_its_socket_away(tmp_path):
+    folder = tmp_path / "rt"
+    folder.mkdir(mode=0o700)
+    path = folder / "warm-test.sock"
+    env = {**os.environ, "RADT_WARM_IDLE_S": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "radt.warm", str(path)], env=env)
+    try:
+        assert server.wait(timeout=180) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert not path.exists()
+    assert warm.server_pid(path) == server.pid  # what it wrote in its lock file

@@ -7,6 +7,7 @@ from radt.analysis.figures import summarize_samples
 from radt.analysis.frontier import frontier
 from radt.analysis.load import load, load_wide
 from radt.analysis.phases import phases
+from radt.analysis.report import report
 from radt.analysis.summary import loader_summary, repeats, repeats_summary, summary
 from radt.autologging import autolog
 from radt.listener import Listener, PolledListener, RunContext, Sample, SampleBatch
@@ -37,6 +38,7 @@ __all__ = [
     "phase",
     "phases",
     "repeats",
+    "report",
     "repeats_summary",
     "run",
     "start_window",

@@ -298,3 +298,61 @@ def test_the_html_opens_offline_with_no_console_error_and_no_request(made, tmp_p
             browser.close()
     assert errors == []
     assert requests == [page_file.as_uri()]
+
+
+def dash_call(client, outputs: list[str], inputs: dict, state: dict | None = None, changed=None):
+    """One Dash callback request of several outputs, as the page's JavaScript sends it."""
+    import json
+
+    def spec(items: dict) -> list[dict]:
+        return [
+            {"id": key.split(".")[0], "property": key.split(".")[1], "value": value}
+            for key, value in items.items()
+        ]
+
+    body = {
+        "output": ".." + "...".join(outputs) + ".." if len(outputs) > 1 else outputs[0],
+        "outputs": [{"id": o.split(".")[0], "property": o.split(".")[1]} for o in outputs]
+        if len(outputs) > 1
+        else {"id": outputs[0].split(".")[0], "property": outputs[0].split(".")[1]},
+        "inputs": spec(inputs),
+        "state": spec(state or {}),
+        "changedPropIds": [changed or next(iter(inputs))],
+    }
+    answer = client.post("/_dash-update-component", json=body)
+    assert answer.status_code == 200, answer.data[:500]
+    return json.loads(answer.data)["response"]
+
+
+def test_the_report_page_shows_the_findings_and_downloads_both_pages(study, made):
+    import base64
+    import io
+    import zipfile
+
+    from radt.frontend.app import create_app
+
+    _, uri, _ = study
+    client = create_app(uri).server.test_client()
+    exp = made.experiments[0]["id"]
+    shown = dash_call(
+        client,
+        ["rep-note.children", "rep-findings.children", "rep-plan.children"],
+        {"rep-experiments.value": [exp], "rep-objective.value": "slowdown:1.2"},
+    )
+    sentences = [item["props"]["children"] for item in shown["rep-findings"]["children"]]
+    assert sentences == made.findings["sentence"].tolist()
+    plan = [item["props"]["children"] for item in shown["rep-plan"]["children"]]
+    assert plan == made.what_to_run["sentence"].tolist()
+    state = {"rep-experiments.value": [exp], "rep-objective.value": "slowdown:1.2"}
+    clicks = {"rep-html.n_clicks": 1, "rep-md.n_clicks": 0}
+    page = dash_call(client, ["rep-download.data"], clicks, state, "rep-html.n_clicks")
+    assert page["rep-download"]["data"]["filename"] == "radt-report.html"
+    assert made.findings["sentence"].iloc[0] in page["rep-download"]["data"]["content"]
+    clicks = {"rep-html.n_clicks": 1, "rep-md.n_clicks": 1}
+    md = dash_call(client, ["rep-download.data"], clicks, state, "rep-md.n_clicks")
+    archive = zipfile.ZipFile(io.BytesIO(base64.b64decode(md["rep-download"]["data"]["content"])))
+    names = archive.namelist()
+    assert "report.md" in names
+    body = archive.read("report.md").decode()
+    for target in re.findall(r"\]\(([^)#]+)\)", body):
+        assert target in names, target

@@ -439,13 +439,14 @@ def charts(rep: Report) -> dict[str, object]:
                     marker={"size": 12, "color": "#1f77b4"},
                 )
             )
+            fig.update_traces(cliponaxis=False)
             fig.update_layout(
                 title=f"Time–energy frontier: {job}",
                 xaxis_title="time per example (ms), provider",
                 yaxis_title="energy per example (J), provider",
                 template="plotly_white",
                 height=420,
-                margin={"t": 50},
+                margin={"t": 50, "l": 90, "r": 150},
             )
             out[f"frontier-{i}"] = fig
     clients = rep.repeats[

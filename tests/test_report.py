@@ -361,3 +361,69 @@ def test_the_report_page_shows_the_findings_and_downloads_both_pages(study, made
     body = archive.read("report.md").decode()
     for target in re.findall(r"\]\(([^)#]+)\)", body):
         assert target in names, target
+
+
+def point_row(job, configuration, power, throughput, energy, n=3, half=0.02):
+    """A provider-view repeats row: normalised figures' mean and min–max (± ``half``)."""
+    row = {
+        "view": "provider",
+        "job": job,
+        "configuration": configuration,
+        "power_limit_w": power,
+        "gpu_clock_mhz": "default",
+        "basis": "examples",
+        "count": n,
+        "run_ids": f"{job}-{configuration}-{power}",
+    }
+    for name, value in (("examples_per_s_norm", throughput), ("energy_per_example_norm", energy)):
+        row.update(
+            {f"{name}_mean": value, f"{name}_min": value - half, f"{name}_max": value + half}
+        )
+    return row
+
+
+def test_what_holds_at_every_power_limit_or_for_every_job_is_said_once():
+    import pandas as pd
+
+    from radt.analysis.findings import findings
+
+    rows = [point_row(job, "none", "default", 1.0, 1.0) for job in ("a", "b", "c")]
+    rows += [
+        # a: naive x2 more examples/s and less energy at both power limits
+        point_row("a", "naive x2", "default", 1.20, 0.90),
+        point_row("a", "naive x2", "200", 1.10, 0.80),
+        # b and c: mps x2 the same verdicts for both Jobs; mig differs (c within noise)
+        point_row("b", "mps x2", "default", 1.30, 0.70),
+        point_row("c", "mps x2", "default", 1.40, 0.75),
+        point_row("b", "3g.40gb+3g.40gb", "default", 1.05, 0.95),
+        point_row("c", "3g.40gb+3g.40gb", "default", 1.01, 0.95),
+    ]
+    found = findings(pd.DataFrame(rows)).set_index("kind")
+    power = found.loc["every power"]
+    assert power["sentence"].startswith(
+        "a: at every power limit (full power, 200 W), naive x2 gives 10.0–20.0 % more "
+        "examples/s, 10.0–20.0 % less energy per example"
+    )
+    assert "±5.0 % examples/s, ±5.0 % energy" in power["sentence"]
+    jobs = found.loc["every Job"]
+    assert jobs["sentence"].startswith(
+        "For every Job (b, c), mps x2 at full power gives 30.0–40.0 % more examples/s, "
+        "25.0–30.0 % less energy per example"
+    )
+    spread = found.loc["spread across Jobs"]
+    assert spread["sentence"] == (
+        "Between Jobs (b, c), 3g.40gb+3g.40gb at full power differs: against each Job alone on "
+        "the full GPU at full power, examples/s +1.0 to +5.0 % (±2.0 %), energy per example "
+        "-5.0 to -5.0 % (±0.0 %)."
+    )
+    # each point stated once: the covered ones have no finding of their own
+    assert "point" not in found.index or not any(
+        c in ("naive x2", "mps x2") for c in found.loc[["point"], "configuration"]
+    )
+    # b's and c's mig points stay stated on their own: c's examples/s within noise
+    points = found.loc[["point"]].set_index("job")
+    assert points.loc["c", "throughput_verdict"] == "within noise"
+    assert points.loc["b", "throughput_verdict"] == "more"
+    # ranked by the claimed gain in examples/s: mps (every Job) before naive (every power)
+    order = list(found.reset_index().sort_values("rank")["kind"])
+    assert order.index("every Job") < order.index("every power") < order.index("spread across Jobs")

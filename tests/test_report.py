@@ -24,7 +24,7 @@ from test_windows import COMMAND, Study, gpu, recorded_store, script
 
 from radt.analysis.findings import Objective
 from radt.analysis.report import report, run_report
-from radt.errors import UsageError
+from radt.errors import RadtError, UsageError
 
 ALONE = (240.0, 250.0, 260.0)
 CAPPED = (246.0, 251.0, 256.0)
@@ -267,8 +267,12 @@ def test_bad_arguments_are_one_line_each(study, tmp_path):
         Objective.parse("slowdown:fast")
     with pytest.raises(UsageError, match="does not exist"):
         run_report(["-e", "sharing-study", "--tracking-uri", uri, "-o", str(tmp_path / "x/y.md")])
-    with pytest.raises(Exception, match="nope"):
+    with pytest.raises(RadtError, match="nope"):
         report("nope", tracking_uri=uri)
+    client, _, _ = study
+    client.create_experiment("empty-study")
+    with pytest.raises(UsageError, match="empty-study has no runs: record a study first"):
+        report("empty-study", tracking_uri=uri)
 
 
 @pytest.mark.browser

@@ -14,13 +14,14 @@ import dash
 from dash import Dash, Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 from radt.frontend.data import DataError, Store
-from radt.frontend.pages import compare, runs, timeseries
+from radt.frontend.pages import compare, report, runs, timeseries
 from radt.frontend.style import CSS, choice
 
 PAGES = {
     "/": ("Runs", runs.layout),
     "/timeseries": ("Time series", timeseries.layout),
     "/compare": ("Compare", compare.layout),
+    "/report": ("Report", report.layout),
 }
 
 INDEX = (
@@ -98,7 +99,7 @@ def create_app(tracking_uri: str | None = None, *, store: Store | None = None) -
     )
     app.index_string = INDEX
     app.layout = _shell(store)
-    for page in (runs, timeseries, compare):
+    for page in (runs, timeseries, compare, report):
         page.register(app, store)
 
     @app.callback(

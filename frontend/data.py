@@ -413,3 +413,11 @@ class Store:
         else:
             frame.to_csv(buffer, index=False)
         return buffer.getvalue()
+
+    def report(self, experiments: Sequence[str], objective=None):
+        """``radt.report`` of experiments (by id), as :class:`radt.analysis.report.Report`."""
+        from radt.analysis.report import report
+
+        return self._call(
+            lambda: report(list(experiments), objective=objective, tracking_uri=self.tracking_uri)
+        )

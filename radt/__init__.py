@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # imported on first use (below): `radt COMMAND` and `radt --h
     from radt.analysis.frontier import frontier
     from radt.analysis.load import load, load_wide
     from radt.analysis.phases import phases
+    from radt.analysis.report import report
     from radt.analysis.summary import loader_summary, repeats, repeats_summary, summary
     from radt.autologging import autolog
     from radt.listener import Listener, PolledListener, RunContext, Sample, SampleBatch
@@ -23,6 +24,7 @@ _PUBLIC = {
     "load": "radt.analysis.load",
     "load_wide": "radt.analysis.load",
     "phases": "radt.analysis.phases",
+    "report": "radt.analysis.report",
     "loader_summary": "radt.analysis.summary",
     "repeats": "radt.analysis.summary",
     "repeats_summary": "radt.analysis.summary",
@@ -84,6 +86,7 @@ __all__ = [
     "phase",
     "phases",
     "repeats",
+    "report",
     "repeats_summary",
     "run",
     "start_window",

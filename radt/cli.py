@@ -667,6 +667,10 @@ def _command(argv: list[str]) -> int:
         from radt.analysis.export import run_runs
 
         return run_runs(argv[1:])
+    if argv and argv[0] == "report":  # radt report: a study's findings as one page
+        from radt.analysis.report import run_report
+
+        return run_report(argv[1:])
     if argv and argv[0] == "ui":
         from radt.frontend.serve import run_ui
 

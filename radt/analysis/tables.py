@@ -71,18 +71,34 @@ def repeats(frame: pd.DataFrame, figures: Sequence[str] = REPEAT_FIGURES) -> pd.
     rows["gpu_clock_mhz"] = rows.reindex(columns=["gpu_clock_mhz"])["gpu_clock_mhz"]
     rows["gpu_clock_mhz"] = rows["gpu_clock_mhz"].astype(object).fillna("default")
     rows["basis"] = rows["basis"].fillna("-")
+    # each group numbered in order of first appearance, every figure made numeric once and
+    # reduced per group in one pass; only narrow frames are split per group (a loop over the
+    # whole rows' groups took seconds for a few hundred rows)
+    import numpy as np
+
+    codes = rows.groupby(list(REPEAT_KEYS), sort=False, dropna=False).ngroup().to_numpy()
+    _, first = np.unique(codes, return_index=True)
+    keys = rows[list(REPEAT_KEYS)].iloc[first].to_numpy()
+    counts = np.bincount(codes)
+    run_ids = rows["run_id"].astype(str).groupby(codes, sort=True).agg(" ".join).tolist()
+    values = pd.DataFrame(
+        {name: pd.to_numeric(rows[name], errors="coerce") for name in figures},
+        index=rows.index,
+        dtype=float,
+    )
+    stats = values.groupby(codes, sort=True).agg(list(STATISTICS)) if figures else None
+    names = [f"{name}_{stat}" for name, stat in stats.columns] if figures else []
+    table = stats.to_numpy() if figures else None
+    methods = rows.reindex(columns=["energy_est_method"]).groupby(codes, sort=True)
+    methods = [repeat_methods(part) for _, part in methods]
     out = []
-    for key, group in rows.groupby(list(REPEAT_KEYS), sort=False, dropna=False):
+    for i, key in enumerate(keys):
         entry = dict(zip(REPEAT_KEYS, key, strict=True))
-        entry["count"] = len(group)
-        entry["run_ids"] = " ".join(group["run_id"].astype(str))
-        for name in figures:
-            values = pd.to_numeric(group[name], errors="coerce")
-            entry[f"{name}_mean"] = values.mean()
-            entry[f"{name}_std"] = values.std(ddof=1)
-            entry[f"{name}_min"] = values.min()
-            entry[f"{name}_max"] = values.max()
-        entry.update(repeat_methods(group))
+        entry["count"] = int(counts[i])
+        entry["run_ids"] = run_ids[i]
+        if figures:
+            entry.update(zip(names, table[i].tolist(), strict=True))
+        entry.update(methods[i])
         out.append(entry)
     return pd.DataFrame(out, columns=columns)
 

@@ -590,17 +590,17 @@ def _waiting_for_rank_1(store, caplog, wait_s: float) -> tuple[str | None, list[
 
 
 def test_the_last_node_says_once_that_it_waits_for_a_rank(store, caplog):
-    """Waiting 7 s (a poll every 2 s) for rank 1: one line, in whole seconds."""
-    status, lines = _waiting_for_rank_1(store, caplog, wait_s=7)
+    """Waiting 5 s (a poll every 2 s) for rank 1: one line, in whole seconds."""
+    status, lines = _waiting_for_rank_1(store, caplog, wait_s=5)
     assert status == "FAILED"
     assert len(lines) == 1, lines
     said = re.fullmatch(r"waiting up to (\d) s for node rank 1, which has not joined", lines[0])
-    assert said and int(said[1]) <= 7
+    assert said and int(said[1]) <= 5
 
 
 def test_the_last_node_repeats_the_wait_at_most_every_remind_s(store, caplog, monkeypatch):
     monkeypatch.setattr(group, "REMIND_S", 0.0)  # every poll (2 s), to see the later lines
-    status, lines = _waiting_for_rank_1(store, caplog, wait_s=5)
+    status, lines = _waiting_for_rank_1(store, caplog, wait_s=3)
     assert status == "FAILED"
     assert lines[0].startswith("waiting up to ") and len(lines) >= 2, lines
     left = [re.fullmatch(r"still waiting for node rank 1 \((\d) s left\)", x) for x in lines[1:]]

@@ -260,7 +260,8 @@ def end_job_run(
 
     When the group's node count is known (``expected``, else the job run's tag) and a rank has
     no node run yet, waits up to ``wait_s`` for it to appear (it then ends the job run itself),
-    saying so once and then every ``REMIND_S`` seconds; past that, or on Ctrl-C, the job run ends FAILED naming each rank that never joined.
+    saying so once and then every ``REMIND_S`` seconds; past that, or on Ctrl-C, the job run
+    ends FAILED naming each rank that never joined.
     """
     deadline = time.monotonic() + wait_s
     said_at: float | None = None

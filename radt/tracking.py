@@ -166,9 +166,10 @@ def store_lock(uri: str) -> Iterator[None]:
     process that opens it; two processes doing so at once break each other (``table …
     already exists``, ``Online migration expected to match one row``). Under this lock
     (``flock`` on ``mlflow.db.lock`` beside the store) the first makes the store and the
-    others wait, then open it. A store already at MLflow's newest schema is opened
-    without the lock, so runs that start together on it do not wait for each other;
-    other stores, and a folder where the lock cannot be made, go without it.
+    others wait, then open it; the lock file is removed once the store is made. A store
+    already at MLflow's newest schema is opened without the lock, so runs that start
+    together on it do not wait for each other; other stores, and a folder where the lock
+    cannot be made, go without it.
     """
     database = sqlite_path(uri)
     if database is None or str(database) == ":memory:" or schema_is_current(database):
@@ -186,6 +187,11 @@ def store_lock(uri: str) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
+        if schema_is_current(database):
+            # Made: no one needs the lock any more (one still waiting on this file then
+            # opens the store as it is; a newcomer opens it without the lock).
+            with contextlib.suppress(OSError):
+                lock.unlink()
         os.close(fd)  # closing releases the lock
 
 

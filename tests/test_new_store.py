@@ -3,6 +3,7 @@ tables under the lock beside the store, the others wait and then open it."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -100,6 +101,16 @@ def test_four_processes_connecting_at_once_make_one_store(tmp_path):
     results = outcomes(start_together(tmp_path, 4, body, prelude))
     assert [(code, out.strip()) for code, out, _ in results] == [(0, "0")] * 4, results
     assert schema_is_current(database)
+    assert not (tmp_path / f"new.db{LOCK_SUFFIX}").exists()
+
+
+def test_the_lock_file_goes_once_the_store_is_made(tmp_path, template_db):
+    database = tmp_path / "mlflow.db"
+    with store_lock(f"sqlite:///{database}"):
+        assert (tmp_path / f"mlflow.db{LOCK_SUFFIX}").exists()
+        shutil.copy(template_db, database)  # the store MLflow makes
+    assert not (tmp_path / f"mlflow.db{LOCK_SUFFIX}").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
 
 
 def test_a_store_at_the_newest_schema_is_opened_without_the_lock(store, tmp_path):
@@ -163,3 +174,4 @@ def test_eight_radt_started_at_once_on_a_new_store_all_record(workspace, tmp_pat
 
     runs = MlflowClient(env["MLFLOW_TRACKING_URI"]).search_runs(["0"])
     assert [run.info.status for run in runs] == ["FINISHED"] * 8
+    assert not (database.parent / f"mlflow.db{LOCK_SUFFIX}").exists()  # no lock left behind

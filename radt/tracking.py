@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import re
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from radt.errors import RadtError, TrackingUnreachable, UsageError
 
+log = logging.getLogger(__name__)
+
 DEFAULT_DB = "mlflow.db"
+LOCK_SUFFIX = ".lock"
+"""The lock file beside a SQLite store that radT makes or upgrades (``mlflow.db.lock``)."""
 URI_PASSWORD = re.compile(r"(?<=://)([^:/@\s]+):[^@/\s]+@")
 
 
@@ -131,17 +139,78 @@ def prepare_process_env() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 
 
+def schema_is_current(database: Path) -> bool:
+    """Whether the SQLite store ``database`` has MLflow's newest schema, read without
+    changing it: a store that does not exist yet, is empty, or is being made or upgraded
+    by another process is not current."""
+    try:
+        if not database.is_file() or database.stat().st_size == 0:
+            return False
+        from mlflow.store.db.utils import _get_latest_schema_revision
+
+        head = _get_latest_schema_revision()
+        with contextlib.closing(
+            sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30)
+        ) as db:
+            versions = db.execute("SELECT version_num FROM alembic_version").fetchall()
+    except Exception:  # unreadable, no such table, not a database, MLflow moved its helper
+        return False
+    return versions == [(head,)]
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Hold the lock beside a SQLite store while MLflow makes or upgrades its tables.
+
+    MLflow creates a new SQLite store's tables, and upgrades an old one's, in the first
+    process that opens it; two processes doing so at once break each other (``table …
+    already exists``, ``Online migration expected to match one row``). Under this lock
+    (``flock`` on ``mlflow.db.lock`` beside the store) the first makes the store and the
+    others wait, then open it; the lock file is removed once the store is made. A store
+    already at MLflow's newest schema is opened without the lock, so runs that start
+    together on it do not wait for each other; other stores, and a folder where the lock
+    cannot be made, go without it.
+    """
+    database = sqlite_path(uri)
+    if database is None or str(database) == ":memory:" or schema_is_current(database):
+        yield
+        return
+    lock = database.with_name(database.name + LOCK_SUFFIX)
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:  # MLflow's own error about the folder follows
+        log.debug(f"no store lock {lock}: {exc}")
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if schema_is_current(database):
+            # Made: no one needs the lock any more (one still waiting on this file then
+            # opens the store as it is; a newcomer opens it without the lock).
+            with contextlib.suppress(OSError):
+                lock.unlink()
+        os.close(fd)  # closing releases the lock
+
+
 def connect(uri: str):
     """Return an ``MlflowClient`` for ``uri`` once the store answers.
 
-    Raises TrackingUnreachable with what to do when it does not.
+    A SQLite store is made (or upgraded) by one process at a time (:func:`store_lock`).
+    Raises TrackingUnreachable with what to do when the store does not answer, and a
+    RadtError when a SQLite store cannot be made or opened.
     """
     quiet_mlflow_logs()
     from mlflow.tracking import MlflowClient
 
+    database = sqlite_path(uri)
+    existed = database is not None and os.path.isfile(database)
     try:
-        client = MlflowClient(tracking_uri=uri)
-        client.search_experiments(max_results=1)
+        with store_lock(uri):
+            client = MlflowClient(tracking_uri=uri)
+            client.search_experiments(max_results=1)
     except Exception as exc:
         if "nsupported URI" in str(exc) or "nsupported scheme" in str(exc):
             scheme = urlsplit(uri).scheme or uri
@@ -150,13 +219,16 @@ def connect(uri: str):
                 "http(s)://HOST:PORT, sqlite:///FILE, postgresql://… or mysql://…, "
                 "or unset MLFLOW_TRACKING_URI to use the embedded store ./mlflow.db"
             ) from exc
-        if sqlite_path(uri) is not None:
-            advice = "check the file, or point MLFLOW_TRACKING_URI at another store"
-        else:
-            advice = (
-                "start the server, fix MLFLOW_TRACKING_URI, "
-                "or unset it to use the embedded store ./mlflow.db"
-            )
+        if database is not None:  # a file: nothing to reach, only to make or to open
+            doing = "open" if existed else "make"
+            raise RadtError(
+                f"cannot {doing} the tracking store {store_label(uri)} ({reason(exc)}); "
+                "check the file and its folder, or point MLFLOW_TRACKING_URI at another store"
+            ) from exc
+        advice = (
+            "start the server, fix MLFLOW_TRACKING_URI, "
+            "or unset it to use the embedded store ./mlflow.db"
+        )
         raise TrackingUnreachable(
             f"cannot reach the tracking store {store_label(uri)} ({reason(exc)}); {advice}"
         ) from exc

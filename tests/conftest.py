@@ -290,3 +290,24 @@ def path_without_nvidia_tools() -> str:
         and not (Path(folder) / "nvidia-smi").exists()
         and not (Path(folder) / "dcgmi").exists()
     )
+
+
+CLUSTER_MARKERS = ("slurm", "postgres")
+"""Markers of tests that start a cluster (Slurm's daemons, a PostgreSQL server): under
+``make test``'s pytest-xdist workers all the tests of one such marker run on one worker, one
+after another, whatever file they are in."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (``make test``): a test file's tests stay on one worker (its
+    module-scoped fixtures are made once), and the tests of each cluster marker run on one
+    worker, so two Slurm clusters (whose rendezvous ports derive from job ids that both number
+    from 1) or two PostgreSQL servers never run at once. A test's own ``xdist_group`` wins."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        cluster = next((m for m in CLUSTER_MARKERS if item.get_closest_marker(m)), None)
+        item.add_marker(pytest.mark.xdist_group(cluster or item.nodeid.split("::")[0]))

@@ -42,11 +42,33 @@ def end_at_exit(server: ServerProcess) -> None:
     _LIVE.add(server)
 
 
+PORTS = range(10_000, 20_000)
+"""Where :func:`free_port` picks: below the kernel's ephemeral ports (32768-60999 by default,
+the source ports of outgoing connections) and below the Slurm rendezvous ports that radT derives
+from a job id (20000-39999), so that nothing else is handed the port before its server binds."""
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now, for a server a test starts.
+
+    Not one the kernel picks (``bind(0)`` gives an ephemeral port, which the kernel may hand
+    to another process's outgoing connection, another pytest-xdist worker's included, before
+    the server binds it: a torchrun rendezvous port is bound seconds after it is chosen). Each
+    pytest-xdist worker picks among its own share of :data:`PORTS` (``gw1`` the ports ≡ 1 mod
+    the worker count), so two workers never pick the same port."""
+    import random
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    share = [port for port in PORTS if port % workers == int(worker or 0) % workers]
+    for port in random.sample(share, 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free TCP port among 200 tried in {PORTS.start}-{PORTS.stop - 1}")
 
 
 def port_open(port: int) -> bool:

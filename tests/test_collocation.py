@@ -12,6 +12,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import signal
 import sys
 from dataclasses import dataclass
@@ -550,7 +551,8 @@ def test_mps_setup_and_teardown(gpu, monkeypatch):
     slots, artifacts = setup(requests, {}, gpu.root / "work", teardown, print)
     pipe = Path(slots[0].env["CUDA_MPS_PIPE_DIRECTORY"])
     log = Path(slots[0].env["CUDA_MPS_LOG_DIRECTORY"])
-    assert pipe == (gpu.root / "work" / "mps-gpu1" / "pipe")
+    assert pipe.parent == Path("/tmp") and pipe.name.startswith("radt-mps1-")
+    assert len(str(pipe)) <= mps.PIPE_PATH_MAX  # whatever the workdir: its sockets' paths fit
     assert log == (gpu.root / "work" / "mps-gpu1" / "log")
     assert (pipe / mps.PID_FILE).exists()
     for slot in slots:
@@ -574,27 +576,46 @@ def test_mps_setup_and_teardown(gpu, monkeypatch):
     assert gpu.changing_calls() == []
 
 
-def test_mps_with_a_long_workdir_uses_a_short_pipe_directory(gpu, monkeypatch):
-    monkeypatch.setattr(mps, "PIPE_PATH_MAX", 10)
+def test_mps_with_a_long_workdir_uses_a_short_pipe_directory(gpu):
     teardown = Teardown()
-    slots, _ = setup([req(2, "mps")], {}, gpu.root / "work", teardown, print)
+    work = gpu.root / ("a-long-folder-name-" * 8) / "work"  # 152 characters more
+    slots, _ = setup([req(2, "mps")], {}, work, teardown, print)
     pipe = Path(slots[0].env["CUDA_MPS_PIPE_DIRECTORY"])
     assert pipe.name.startswith("radt-mps0-") and (pipe / mps.PID_FILE).exists()
+    assert len(str(pipe)) <= mps.PIPE_PATH_MAX
+    assert Path(slots[0].env["CUDA_MPS_LOG_DIRECTORY"]) == work / "mps-gpu0" / "log"
     assert run_teardown(teardown)[0] == []
     assert not pipe.exists()
 
 
-def test_mps_daemon_that_fails_to_start_is_a_setup_error(gpu, monkeypatch):
-    # The same pipe directory both times, however long pytest's tmp path is.
-    monkeypatch.setattr(mps, "PIPE_PATH_MAX", 10_000)
+def test_a_pipe_directory_too_long_for_sockets_is_refused_in_one_line(gpu, monkeypatch):
+    monkeypatch.setattr(mps, "PIPE_PATH_MAX", 10)  # as a long TMPDIR would be
     teardown = Teardown()
-    work = gpu.root / "work"
-    first, _ = setup([req(2, "mps")], {}, work, Teardown(), print)  # left running on purpose
+    with pytest.raises(RadtError) as caught:
+        setup([req(2, "mps")], {}, gpu.root / "work", teardown, print)
+    message = str(caught.value)
+    assert re.fullmatch(
+        r"plan line 2: the MPS pipe directory /tmp/radt-mps0-\S+ is \d+ characters long, too "
+        r"long for the daemon's sockets \(at most 10\); make /tmp writable, or set TMPDIR to "
+        r"a short folder",
+        message,
+    ), message
+    assert not Path(message.split()[7]).exists()  # nothing left behind
+    assert gpu.mps_calls() == []  # no daemon was started
+    assert run_teardown(teardown)[0] == []
+
+
+def test_mps_daemon_that_fails_to_start_is_a_setup_error(gpu, monkeypatch):
+    monkeypatch.setenv("FAKE_MPS_START_ERROR", "An instance of this daemon is already running")
+    teardown = Teardown()
     with pytest.raises(RadtError, match=r"^plan line 2: starting the MPS control daemon for GPU 0"):
-        setup([req(2, "mps")], {}, work, teardown, print)
-    assert teardown.pending() == [f"remove the MPS pipe directory {work / 'mps-gpu0' / 'pipe'}"]
-    run_teardown(teardown)
-    mps.stop(Path(first[0].env["CUDA_MPS_PIPE_DIRECTORY"]), first[0].env)
+        setup([req(2, "mps")], {}, gpu.root / "work", teardown, print)
+    (pending,) = teardown.pending()  # no daemon to stop: only its pipe directory to remove
+    assert pending.startswith("remove the MPS pipe directory /tmp/radt-mps0-")
+    pipe = Path(pending.rsplit(" ", 1)[1])
+    assert pipe.is_dir()
+    assert run_teardown(teardown)[0] == []
+    assert not pipe.exists()
 
 
 def test_mps_quit_of_a_daemon_that_is_gone_counts_as_stopped(gpu):

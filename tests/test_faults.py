@@ -411,18 +411,20 @@ def test_exit_code_tags_of_plan_rows_and_the_workload_after_ctrl_c(workspace: Wo
 
 # --------------------------------------------------------------------------- terminals
 
-# Prints numbered lines until stopped; each number goes to `printed` after it was printed,
-# so the test knows every line the command wrote to radT before it ended.
+# Prints numbered lines until stopped (or CHATTY_LINES of them); each number goes to `printed`
+# after it was printed, so the test knows every line the command wrote to radT before it ended.
+# Not LINES: that is a terminal's height, which pytest-xdist's workers have in their environment
+# (LINES=24), and the command inherits it.
 CHATTY = """
 import os, sys, time
 from pathlib import Path
 Path("ready").write_text(str(os.getpid()))
 with open("printed", "w") as record:
-    for n in range(int(os.environ.get("LINES", "1000000"))):
+    for n in range(int(os.environ.get("CHATTY_LINES", "1000000"))):
         print(f"line {n:06d} " + "x" * 60, flush=True)
         record.write(f"{n}\\n")
         record.flush()
-        time.sleep(float(os.environ.get("PAUSE", "0.005")))
+        time.sleep(float(os.environ.get("CHATTY_PAUSE", "0.005")))
 """
 
 
@@ -486,7 +488,7 @@ def test_a_terminal_that_goes_away_ends_the_run_killed_by_sighup_with_the_whole_
 ):
     workspace.script("chatty.py", CHATTY)
     if nohup:  # under `nohup`, radT and its command carry on to the end
-        workspace.env.update(LINES="600", PAUSE="0.005")
+        workspace.env.update(CHATTY_LINES="600", CHATTY_PAUSE="0.005")
     hup = signal.SIG_IGN if nohup else signal.SIG_DFL
     radt = _on_a_terminal(workspace, ["-l", "counter", "--grace", "20", "chatty.py"], hup)
     try:
@@ -518,7 +520,7 @@ def test_a_terminal_that_goes_away_ends_the_run_killed_by_sighup_with_the_whole_
 @pytest.mark.slow
 def test_a_reader_that_goes_away_does_not_stop_the_training(workspace: Workspace, tmp_path):
     workspace.script("chatty.py", CHATTY)
-    workspace.env.update(LINES="3000", PAUSE="0")
+    workspace.env.update(CHATTY_LINES="3000", CHATTY_PAUSE="0")
     radt = subprocess.Popen(
         workspace.argv(["-l", "none", "chatty.py"]),
         cwd=workspace.root,

@@ -569,3 +569,40 @@ def test_ctrl_c_stops_a_study_of_nodes_2_and_its_workload_runs_again(workspace, 
     assert job.info.status == "FAILED" and "radT received SIGINT" in job.data.tags["radt.note"]
     status = yaml.safe_load(study.read_text())["status"]
     assert status == {1: f"KILLED {job.info.run_id} (--steps 100000 | 2 nodes)"}
+
+
+def _waiting_for_rank_1(store, caplog, wait_s: float) -> tuple[str | None, list[str]]:
+    """The job run of two nodes whose rank 0 has finished and whose rank 1 never joins, ended
+    by rank 0 with ``wait_s``: its status and radT's lines about the wait."""
+    import logging
+
+    from radt.tags import MLFLOW_PARENT_RUN_ID
+
+    client, uri = store
+    pair = group.Group("pair", "a", 0, 2)
+    job_id = group.create_job_run(client, uri, "0", pair, {}, "pair")
+    node = client.create_run("0", tags={**pair.tags(), MLFLOW_PARENT_RUN_ID: job_id})
+    client.set_terminated(node.info.run_id, "FINISHED")
+    caplog.set_level(logging.INFO, logger=group.log.name)
+    status = group.end_job_run(client, "0", job_id, expected=2, wait_s=wait_s)
+    lines = [r.getMessage() for r in caplog.records if r.name == group.log.name]
+    return status, [line.split(": ", 1)[1] for line in lines if "waiting" in line]
+
+
+def test_the_last_node_says_once_that_it_waits_for_a_rank(store, caplog):
+    """Waiting 5 s (a poll every 2 s) for rank 1: one line, in whole seconds."""
+    status, lines = _waiting_for_rank_1(store, caplog, wait_s=5)
+    assert status == "FAILED"
+    assert len(lines) == 1, lines
+    said = re.fullmatch(r"waiting up to (\d) s for node rank 1, which has not joined", lines[0])
+    assert said and int(said[1]) <= 5
+
+
+def test_the_last_node_repeats_the_wait_at_most_every_remind_s(store, caplog, monkeypatch):
+    monkeypatch.setattr(group, "REMIND_S", 0.0)  # every poll (2 s), to see the later lines
+    status, lines = _waiting_for_rank_1(store, caplog, wait_s=3)
+    assert status == "FAILED"
+    assert lines[0].startswith("waiting up to ") and len(lines) >= 2, lines
+    left = [re.fullmatch(r"still waiting for node rank 1 \((\d) s left\)", x) for x in lines[1:]]
+    assert all(left), lines
+    assert [int(m[1]) for m in left] == sorted((int(m[1]) for m in left), reverse=True)

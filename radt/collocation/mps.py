@@ -1,15 +1,17 @@
 """MPS: one private control daemon per GPU, always quit afterwards.
 
 **Daemon per GPU.** ``nvidia-cuda-mps-control -d`` is started with
-``CUDA_MPS_PIPE_DIRECTORY=<workdir>/mps-gpuN/pipe``,
+``CUDA_MPS_PIPE_DIRECTORY=/tmp/radt-mpsN-XXXXXXXX`` (a new folder of its own),
 ``CUDA_MPS_LOG_DIRECTORY=<workdir>/mps-gpuN/log`` and ``CUDA_VISIBLE_DEVICES``
 set to the GPU's **UUID**; each run gets the same three variables (plus
 ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` when the plan sets one). UUIDs rather
 than indices because the MPS server renumbers the devices it sees: a client
 of a daemon started for GPU 1 that also says ``CUDA_VISIBLE_DEVICES=1`` finds
-no device (NVIDIA's MPS documentation recommends UUIDs for exactly this). A
-pipe directory path longer than :data:`PIPE_PATH_MAX` characters would not
-fit a Unix socket address, so a short one under /tmp is used then. Teardown
+no device (NVIDIA's MPS documentation recommends UUIDs for exactly this). The
+daemon's Unix sockets live in the pipe directory and a socket's address holds
+107 bytes, so the pipe directory is always a short one under /tmp (under
+``TMPDIR`` where /tmp cannot be written), whatever the workdir; one longer than
+:data:`PIPE_PATH_MAX` characters is refused in one line. Teardown
 sends ``quit``, waits for the daemon process to end, and removes the pipe
 directory; the log directory (``control.log``, ``server.log``) stays under
 ``workdir`` for the record.
@@ -152,14 +154,9 @@ def setup_gpu(
     n = gpu.index
     base = Path(workdir) / f"mps-gpu{n}"
     log = base / "log"
-    pipe = base / "pipe"
     log.mkdir(parents=True, exist_ok=True)
-    if len(str(pipe.absolute())) > PIPE_PATH_MAX:
-        short = "/tmp" if os.access("/tmp", os.W_OK) else None
-        pipe = Path(tempfile.mkdtemp(prefix=f"radt-mps{n}-", dir=short))
-    else:
-        pipe.mkdir(parents=True, exist_ok=True)
-    pipe = pipe.absolute()
+    lines = [r.line for r in requests]
+    pipe = short_pipe_directory(n, where(lines))
     teardown.add(f"remove the MPS pipe directory {pipe}", lambda: shutil.rmtree(pipe))
     env = {
         "CUDA_VISIBLE_DEVICES": gpu.uuid,
@@ -170,7 +167,6 @@ def setup_gpu(
     if result.ok:
         teardown.add(f"stop the MPS control daemon of GPU {n} ({pipe})", lambda: stop(pipe, env))
     result.reraise()
-    lines = [r.line for r in requests]
     if not result.ok:
         raise RadtError(
             f"{where(lines)}: starting the MPS control daemon for GPU {n} failed: "
@@ -188,6 +184,31 @@ def setup_gpu(
         pct = "default" if r.mps_thread_pct is None else f"{r.mps_thread_pct} %"
         note += f"  line {r.line} ({r.letter}): active thread percentage {pct}\n"
     return env, note
+
+
+def short_pipe_directory(n: int, where: str) -> Path:
+    """A new pipe directory for GPU ``n``'s daemon, short enough for its sockets:
+    ``/tmp/radt-mps<n>-XXXXXXXX`` (under ``TMPDIR`` where /tmp cannot be written).
+
+    Raises RadtError, in one line, when that folder's path is longer than
+    :data:`PIPE_PATH_MAX` characters (a long ``TMPDIR``) or cannot be made.
+    """
+    parent = "/tmp" if os.access("/tmp", os.W_OK) else tempfile.gettempdir()
+    try:
+        pipe = Path(tempfile.mkdtemp(prefix=f"radt-mps{n}-", dir=parent)).absolute()
+    except OSError as exc:
+        raise RadtError(
+            f"{where}: cannot make the MPS pipe directory for GPU {n} in {parent} "
+            f"({exc.strerror or exc}); make /tmp writable, or set TMPDIR to a writable folder"
+        ) from exc
+    if len(str(pipe)) > PIPE_PATH_MAX:
+        shutil.rmtree(pipe, ignore_errors=True)
+        raise RadtError(
+            f"{where}: the MPS pipe directory {pipe} is {len(str(pipe))} characters long, too "
+            f"long for the daemon's sockets (at most {PIPE_PATH_MAX}); make /tmp writable, or "
+            "set TMPDIR to a short folder"
+        )
+    return pipe
 
 
 def _wait_for_answer(pipe: Path, env: dict[str, str], where: str, n: int) -> None:

@@ -60,6 +60,9 @@ NOTE_TAG = RADT_NOTE
 WAIT_S = 120.0
 """How long a node of rank > 0 waits for the job run by default (``RADT_GROUP_WAIT_S``)."""
 POLL_S = 0.5
+REMIND_S = 30.0
+"""How often the node that ends last repeats that it still waits for a rank (it says so once
+when it starts waiting)."""
 _NAME = re.compile(r"^[A-Za-z0-9_.:@+/-]{1,250}$")
 _NODE_SLURM_TAGS = (RADT_SLURM_NODE, RADT_SLURM_GPUS)
 """Slurm tags of one node, left to the node runs."""
@@ -256,10 +259,12 @@ def end_job_run(
     a node still runs. Best effort: a store that refuses leaves it to the next node.
 
     When the group's node count is known (``expected``, else the job run's tag) and a rank has
-    no node run yet, waits up to ``wait_s`` for it to appear (it then ends the job run itself);
-    past that, or on Ctrl-C, the job run ends FAILED naming each rank that never joined.
+    no node run yet, waits up to ``wait_s`` for it to appear (it then ends the job run itself),
+    saying so once and then every ``REMIND_S`` seconds; past that, or on Ctrl-C, the job run
+    ends FAILED naming each rank that never joined.
     """
     deadline = time.monotonic() + wait_s
+    said_at: float | None = None
     try:
         while True:
             job = client.get_run(job_run_id)
@@ -273,12 +278,25 @@ def end_job_run(
             missing = _missing_ranks(nodes, expected)
             if not missing or time.monotonic() >= deadline:
                 break
-            log.info(
-                "job run %s: waiting up to %g s for node rank %s, which has not joined",
-                job_run_id,
-                deadline - time.monotonic(),
-                ", ".join(map(str, missing)),
-            )
+            now = time.monotonic()
+            if said_at is None or now - said_at >= REMIND_S:
+                ranks = ", ".join(map(str, missing))
+                left_s = round(deadline - now)
+                if said_at is None:
+                    log.info(
+                        "job run %s: waiting up to %d s for node rank %s, which has not joined",
+                        job_run_id,
+                        left_s,
+                        ranks,
+                    )
+                else:
+                    log.info(
+                        "job run %s: still waiting for node rank %s (%d s left)",
+                        job_run_id,
+                        ranks,
+                        left_s,
+                    )
+                said_at = now
             try:
                 time.sleep(min(POLL_S * 4, max(deadline - time.monotonic(), 0.0)))
             except KeyboardInterrupt:

@@ -87,7 +87,19 @@ def test_only(argv: list[str]) -> None:
     if done.returncode != 0:
         message = _first_line(done.stderr or done.stdout).removeprefix("sbatch: error: ")
         message = message.removeprefix("allocation failure: ")
-        raise RadtError(f"sbatch refused the job: {message}")
+        raise RadtError(f"sbatch refused the job: {message}{_hint(message)}")
+
+
+def _hint(message: str) -> str:
+    """What to do about sbatch's refusal, for the refusals it words alike."""
+    if "node configuration is not available" in message:
+        return (
+            " (no node of the partition has the GPUs, memory or CPUs asked for: compare "
+            "slurm:'s gres, mem and cpus_per_task with `sinfo -o '%P %D %G %m %c'`)"
+        )
+    if "partition" in message.lower():
+        return " (`sinfo -s` lists the partitions: set slurm: partition or --slurm-option)"
+    return ""
 
 
 def partition(name: str | None) -> dict[str, str]:

@@ -255,7 +255,7 @@ class Dispatch:
         groups = {tuple(self._sbatch_args(w)) for w in pending}
         problems = partition_refusals(self.slurm, self.nodes)
         if problems:
-            raise UsageError(f"{self.plan_path}: {problems[0]}")
+            raise UsageError(f"{self.target}: {problems[0]}")
         for args in groups:
             commands.test_only([f"--chdir={Path.cwd()}", *args, "--wrap=true"])
 
@@ -444,14 +444,14 @@ class Dispatch:
                 if state.state == "PENDING":
                     pending += 1
                     if state.reason not in WAITING_TURN:
-                        reasons.append(f"{job}: {state.reason}")
+                        reasons.append(f"{job} {state.reason}")
                     continue
                 running += 1
                 self._note_running(plan, label, job)
                 continue
             self._finish(plan, label, job, state)
         finished = sum(s == FINISHED for s in self.ended.values())
-        why = f" ({', '.join(reasons)}: see `scontrol show job JOB`)" if reasons else ""
+        why = f" ({', '.join(reasons)})" if reasons else ""
         line = (
             f"slurm: {pending} pending{why}, {running} running, {finished} finished, "
             f"{len(self.ended) - finished} failed or killed"

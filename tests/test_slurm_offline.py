@@ -244,3 +244,13 @@ def test_a_plain_dry_run_refuses_an_unknown_slurm_key_as_slurm_does(workspace: W
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert "unknown Slurm option 'partiton'" in line and "known: partition" in line
+
+
+def test_a_runs_slurm_job_is_named_as_the_submission_printed_it():
+    """`radt runs` and the UI show an array task as squeue and `--slurm` print it (7_0)."""
+    from radt.analysis.summary import slurm_job
+
+    task = {"radt.slurm.job_id": "8", "radt.slurm.array_job_id": "7"}
+    assert slurm_job({**task, "radt.slurm.array_task_id": "0"}) == "7_0"
+    assert slurm_job({"radt.slurm.job_id": "4242"}) == "4242"
+    assert slurm_job({}) is None

@@ -375,9 +375,9 @@ class Dispatch:
             closer = self.closer()
             by = f"Slurm job {closer}" if closer else "the next run of the same command"
             log.info(
-                f"{name}: stopped waiting; {count(len(self.jobs), 'Slurm job')} "
-                f"({' '.join(self.jobs.values())}) keep running and {by} closes the runs "
-                f"when they end; `{self.request.again}` shows where they stand"
+                f"{name}: stopped waiting; Slurm goes on with "
+                f"{count(len(self.jobs), 'job')} ({' '.join(self.jobs.values())}) and {by} "
+                f"closes the runs when they end; `{self.request.again}` shows where they stand"
             )
             return 128 + left.signum
         finally:

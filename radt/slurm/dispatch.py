@@ -6,7 +6,10 @@ job ids beside the plan (``<plan>.slurm/jobs.json``), writes ``PENDING`` and
 ``RUNNING`` statuses as Slurm reports them, and, when a task has ended, reads the
 workload's runs from MLflow (found by their ``radt.slurm.*`` tags) and writes
 their statuses into the plan; Slurm's own endings (TIMEOUT, OUT_OF_MEMORY, …)
-are named on those runs.
+are named on those runs. Before anything is created the partition's limits and
+``sbatch --test-only`` must accept the jobs; after them a closing job
+(``afterany``) runs radT to record their ends and close the study run, so it ends
+even when nobody waits or looks again.
 """
 
 from __future__ import annotations
@@ -104,7 +107,8 @@ def partition_refusals(slurm: SlurmOptions, nodes: int) -> list[str]:
     problems = []
     total = fields.get("TotalNodes", "")
     most = fields.get("MaxNodes", "")
-    limit = min(int(n) for n in (total, most) if n.isdigit()) if (total + most).strip() else None
+    limits = [int(n) for n in (total, most) if n.isdigit()]
+    limit = min(limits) if limits else None
     if limit is not None and nodes > limit:
         problems.append(
             f"nodes: {nodes}, but Slurm partition {name} gives a job at most "
@@ -181,7 +185,6 @@ class Dispatch:
         self.ended: dict[str, str] = {}
         self.endings: dict[str, str] = {}
         """Workload name → Slurm's state for the jobs that ended other than COMPLETED."""
-        self.reasons: dict[str, str] = {}
 
     # ------------------------------------------------------------------ job ids
 

@@ -304,7 +304,7 @@ def test_a_detached_study_run_is_closed_by_its_last_job_when_nobody_looks(ws, sl
     slurm.wait_idle(timeout_s=300)  # the workload's job, then the closing job
     (study_run,) = study_runs(ws)
     assert study_run.info.status == "FINISHED"
-    assert study_run.data.tags["radt.study.progress"] == "1/1"
+    assert study_run.data.tags["radt.study_progress"] == "1/1"
     assert [t.split()[0] for t in status_block(ws).values()] == ["FINISHED"]
     output = (ws.root / "study.plan.csv.slurm" / "logs" / f"close-{closer}.out").read_text()
     assert "radt: study cluster: FINISHED, 1 of 1 workloads finished" in output

@@ -250,13 +250,23 @@ class Dispatch:
         if workload is not None and workload.status != "RUNNING":
             self._write_status(plan, workload, "RUNNING", f"slurm:{job}")
 
+    def _asked_nodes(self) -> int:
+        """The nodes a job asks for: ``nodes:``, unless an ``extra`` ``--nodes=N[-M]`` (the
+        last sbatch flag wins) says otherwise."""
+        nodes = self.nodes
+        for arg in self.slurm.extra:
+            least = arg.removeprefix("--nodes=").split("-")[0]
+            if arg.startswith("--nodes=") and least.isdigit():
+                nodes = int(least)
+        return nodes
+
     def check(self, plan: Plan, pending: list[Workload]) -> None:
         """Refuse, in one line and before anything is created, what Slurm would never run:
         more nodes or time than the partition has, or what ``sbatch --test-only`` refuses
         (an unknown partition, GPUs no node has, no sbatch on PATH)."""
         commands.require("sbatch")
         groups = {tuple(self._sbatch_args(w)) for w in pending}
-        problems = partition_refusals(self.slurm, self.nodes)
+        problems = partition_refusals(self.slurm, self._asked_nodes())
         if problems:
             raise UsageError(f"{self.target}: {problems[0]}")
         for args in groups:

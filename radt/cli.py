@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from typing import TYPE_CHECKING
 
@@ -184,6 +185,8 @@ def launcher_parser() -> argparse.ArgumentParser:
     )
     # On the node: the workload of this array task (written by the submitting radT).
     parser.add_argument("--slurm-task", metavar="FILE", help=argparse.SUPPRESS)
+    # The closing job: record the ended jobs of this plan and close the runs.
+    parser.add_argument("--slurm-close", metavar="PLAN", help=argparse.SUPPRESS)
     parser.add_argument(
         "--manual",
         action="store_true",
@@ -385,6 +388,8 @@ def parse_modes(text: str | None) -> set[str] | None:
 
 
 SUBMIT_ONLY = {"--slurm": 0, "--detach": 0, "--rerun": 0, "--rerun-all": 0, "--dry-run": 0}
+AGAIN_LEFT_OUT = ("--detach", "--rerun", "--rerun-all", "--dry-run")
+"""Options the command that goes on after a submission leaves out."""
 SUBMIT_ONLY.update({"--slurm-option": 1, "--modes": 1, "--plan": 1})
 
 
@@ -412,12 +417,26 @@ def slurm_request(args: argparse.Namespace, own: list[str]):
         return None
     from radt.slurm.dispatch import SlurmRequest
 
+    parse_pairs(args.slurm_option, "--slurm-option")  # a malformed pair: one line
+    overrides: dict[str, str] = {}
+    for pair in args.slurm_option:  # extra= and setup= add up (each a ;-separated list)
+        key, _, value = pair.partition("=")
+        key = key.strip()
+        if key in ("extra", "setup") and overrides.get(key):
+            value = f"{overrides[key]}; {value}"
+        overrides[key] = value
     return SlurmRequest(
-        overrides=parse_pairs(args.slurm_option, "--slurm-option"),
+        overrides=overrides,
         detach=args.detach,
         dry_run=args.dry_run,
         node_args=node_args(own),
     )
+
+
+def again_command(target: str, own: list[str]) -> str:
+    """``radt TARGET --slurm …``: the submitting command less its one-off options, to go on."""
+    kept = [arg for arg in own if arg.split("=", 1)[0] not in AGAIN_LEFT_OUT]
+    return shlex.join(["radt", target, *kept])
 
 
 def run_launcher(argv: list[str]) -> int:
@@ -457,6 +476,8 @@ def run_launcher(argv: list[str]) -> int:
     study = command[0].lower().endswith((".yaml", ".yml")) and len(command) == 1
     plan = command[0].endswith(".csv") and len(command) == 1
     slurm = slurm_request(args, own)
+    if slurm is not None:
+        slurm.again = again_command(command[0], own)
     if slurm is not None and not (plan or study):
         raise UsageError("--slurm runs plans and studies; inside a job: srun radt COMMAND")
     if not study and (args.plan or (args.dry_run and slurm is None)):
@@ -498,6 +519,10 @@ def run_launcher(argv: list[str]) -> int:
             from radt.slurm.node import run_task
 
             return run_task(Path(args.slurm_task), options)
+        if args.slurm_close:
+            from radt.slurm.dispatch import close_plan
+
+            return close_plan(Path(command[0]), Path(args.slurm_close), options, study=study)
         if study:
             from radt.plans.studyrun import StudyOptions, run_study
 

@@ -92,6 +92,8 @@ RADT_SLURM_NODE = "radt.slurm.node"
 RADT_SLURM_PARTITION = "radt.slurm.partition"
 RADT_SLURM_GPUS = "radt.slurm.gpus"
 RADT_SLURM_STATE = "radt.slurm.state"
+RADT_SLURM_ATTEMPT = "radt.slurm.attempt"
+"""1 for a job's first run, n+1 after Slurm requeued it n times (``SLURM_RESTART_COUNT``)."""
 
 # Distributed trainings: a job run and a node run per node (radt.launch.group)
 RADT_GROUP = "radt.group"

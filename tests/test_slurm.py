@@ -156,6 +156,10 @@ def workload_runs(ws: Workspace, experiment: str = "cluster") -> list:
     return [r for r in ws.runs(experiment) if "radt.plan_line" in r.data.tags]
 
 
+def study_runs(ws: Workspace, experiment: str = "cluster") -> list:
+    return [r for r in ws.runs(experiment) if "mlflow.parentRunId" not in r.data.tags]
+
+
 def status_block(ws: Workspace) -> dict[int, str]:
     import yaml
 
@@ -215,6 +219,8 @@ def test_an_unknown_partition_is_one_line_and_nothing_is_submitted(ws, slurm):
     assert "Traceback" not in done.stderr
     assert slurm.idle()
     assert not status_block(ws)
+    assert ws.runs("cluster") == []  # refused: no study run either
+    assert "parent:" not in (ws.root / "study.yaml").read_text()
 
 
 def test_an_unknown_slurm_option_names_the_known_ones(ws):
@@ -243,6 +249,12 @@ def test_a_time_limit_ends_the_workload_killed_with_timeout_named(ws, slurm):
     assert "TIMEOUT" in done.stderr
     (text,) = status_block(ws).values()
     assert text.startswith("KILLED ")
+    (study_run,) = study_runs(ws)
+    assert study_run.info.status == "FAILED"  # not every workload finished
+    assert (
+        "radt: study cluster: FAILED, 0 of 1 workloads finished (others: 1 KILLED (TIMEOUT)); "
+        "1 left: run `radt study.yaml --slurm` again to go on"
+    ) in done.stderr.splitlines()
 
 
 def test_ctrl_c_while_waiting_cancels_the_jobs_and_their_runs_end_killed(ws, slurm):
@@ -279,6 +291,141 @@ def test_detach_returns_and_the_same_command_later_waits_without_resubmitting(ws
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
     assert len({r.data.tags["radt.slurm.array_job_id"] for r in runs}) == 1
     assert {t.split()[0] for t in status_block(ws).values()} == {"FINISHED"}
+
+
+def test_a_detached_study_run_is_closed_by_its_last_job_when_nobody_looks(ws, slurm):
+    done = ws.run([study(ws, values="1"), "--slurm", "--detach"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "detached:" in line]
+    closer = re.search(r"Slurm job (\d+) closes the runs when they end", line).group(1)
+    assert line.endswith("`radt study.yaml --slurm` shows where they stand")
+    (study_run,) = study_runs(ws)
+    assert study_run.info.status == "RUNNING"
+    slurm.wait_idle(timeout_s=300)  # the workload's job, then the closing job
+    (study_run,) = study_runs(ws)
+    assert study_run.info.status == "FINISHED"
+    assert study_run.data.tags["radt.study_progress"] == "1/1"
+    assert [t.split()[0] for t in status_block(ws).values()] == ["FINISHED"]
+    output = (ws.root / "study.plan.csv.slurm" / "logs" / f"close-{closer}.out").read_text()
+    assert "radt: study cluster: FINISHED, 1 of 1 workloads finished" in output
+
+
+def test_a_held_job_says_why_and_sigterm_leaves_it_to_the_closing_job(ws, slurm, tmp_path):
+    """Issue 30: Slurm's reason reaches the user once; SIGTERM to the waiting radT detaches."""
+    import signal
+
+    from conftest import wait_for
+
+    study(ws, values="1")
+    stderr_path = tmp_path / "stderr"
+    argv = ["study.yaml", "--slurm", "--slurm-option", "extra=--hold"]
+    with stderr_path.open("w") as stderr:
+        process = subprocess.Popen(
+            ws.argv(argv),
+            cwd=ws.root,
+            env=ws.env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            preexec_fn=default_signals,
+        )
+    try:
+        wait_for(lambda: "JobHeldUser" in stderr_path.read_text(), timeout=240, interval=0.5)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    said = stderr_path.read_text()
+    assert process.returncode == 128 + signal.SIGTERM, said
+    (held,) = [line for line in said.splitlines() if "JobHeldUser" in line]
+    job = re.search(r"\((\d+_0) JobHeldUser\)", held).group(1)
+    assert held.startswith(f"radt: slurm: 1 pending ({job} JobHeldUser), 0 running")
+    (line,) = [line for line in said.splitlines() if line.startswith("radt: SIGTERM:")]
+    assert f"Slurm goes on with 1 job ({job}) and Slurm job " in line
+    assert line.endswith(f"`radt {shlex.join(argv)}` shows where they stand")
+    (study_run,) = study_runs(ws)
+    assert study_run.info.status == "RUNNING"
+    slurm.command(["scontrol", "release", job])
+    slurm.wait_idle(timeout_s=300)
+    (study_run,) = study_runs(ws)
+    assert study_run.info.status == "FINISHED"
+    assert [t.split()[0] for t in status_block(ws).values()] == ["FINISHED"]
+
+
+@pytest.mark.parametrize(
+    ("more", "said"),
+    [
+        ("nodes: 2\n", "nodes: 2, but Slurm partition debug gives a job at most 1 node"),
+        ("  gres: gpu:9\n", "sbatch refused the job: Requested node configuration is not"),
+    ],
+)
+def test_what_the_partition_can_never_give_is_refused_before_any_run(ws, slurm, more, said):
+    ws.script("work.py", WORK)
+    text = STUDY.format(values="1", more=more if more.startswith(" ") else "")
+    ws.script("study.yaml", text + ("" if more.startswith(" ") else more))
+    done = ws.run(["study.yaml", "--slurm"], timeout=300)
+    assert done.returncode != 0
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("radt: error:")]
+    assert said in line, done.stderr
+    assert slurm.idle()
+    assert ws.runs("cluster") == []
+    assert "parent:" not in (ws.root / "study.yaml").read_text()
+
+
+def test_a_job_cancelled_while_pending_runs_again_and_the_study_run_ends_killed(ws, slurm):
+    from conftest import wait_for
+
+    study(ws, values="20, 1")
+    process = ws.start(["study.yaml", "--slurm", "--slurm-option", "max_parallel=1"])
+    try:
+        wait_for(
+            lambda: [t.split()[0] for t in status_block(ws).values()] == ["RUNNING", "PENDING"],
+            timeout=240,
+            interval=0.5,
+        )
+        pending = status_block(ws)[2].split()[1].removeprefix("slurm:")
+        slurm.command(["scancel", pending])
+        _, stderr = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1, stderr
+    assert [t.split()[0] for t in status_block(ws).values()] == ["FINISHED"]  # no entry: again
+    (study_run,) = study_runs(ws)
+    assert study_run.info.status == "KILLED"
+    assert "1 of 2 workloads finished (others: 1 CANCELLED)" in stderr
+    assert len(workload_runs(ws)) == 1
+
+
+@pytest.mark.slow
+def test_a_requeued_job_is_a_new_attempt_and_its_first_runs_end_killed(ws, slurm):
+    from conftest import wait_for
+
+    study(ws, values="20")
+    process = ws.start(["study.yaml", "--slurm"])
+    try:
+        wait_for(lambda: len(workload_runs(ws)) == 1, timeout=240, interval=0.5)
+        job = status_block(ws)[1].split()[1].removeprefix("slurm:")
+        assert slurm.command(["scontrol", "requeue", job]).returncode == 0
+        wait_for(lambda: "Restarts=1" in slurm.command(["scontrol", "show", "job", job]).stdout)
+        # Slurm holds a requeued job back a while (BeginTime): let it start now
+        slurm.command(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr
+    runs = {r.data.tags.get("radt.slurm.attempt", "1"): r for r in workload_runs(ws)}
+    assert sorted(runs) == ["1", "2"]
+    assert runs["1"].info.status == "KILLED"
+    assert runs["1"].data.tags["radt.slurm.state"] == "REQUEUED"
+    assert runs["1"].data.tags["radt.stop_reason"] == (
+        f"Slurm requeued job {job}: attempt 1 ended, a later one ran"
+    )
+    assert runs["2"].info.status == "FINISHED"
+    assert [t.split()[:2] for t in status_block(ws).values()] == [
+        ["FINISHED", runs["2"].data.tags["mlflow.parentRunId"]]
+    ]
 
 
 PLAN = """\

@@ -89,6 +89,8 @@ from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
     RADT_COLLOCATION,
     RADT_COMMAND,
+    RADT_SLURM_ARRAY_JOB_ID,
+    RADT_SLURM_ARRAY_TASK_ID,
     RADT_SLURM_JOB_ID,
     RADT_SLURM_NODE,
     Mode,
@@ -127,7 +129,18 @@ if TYPE_CHECKING:
     from radt.analysis.windows import Timeline
 
 SLURM_COLUMNS = ("slurm_job_id", "slurm_node")
-"""The Slurm job a run ran in and its node (tags ``radt.slurm.job_id``, ``radt.slurm.node``)."""
+"""The Slurm job a run ran in, as squeue and a ``--slurm`` submission name it (``7_0``, the
+array job id _ the task, for an array task; else ``radt.slurm.job_id``), and its node."""
+
+
+def slurm_job(tags: dict[str, str]) -> str | None:
+    """The Slurm job of a run with these tags: ``<array job id>_<task>`` or the job id."""
+    array, task = tags.get(RADT_SLURM_ARRAY_JOB_ID), tags.get(RADT_SLURM_ARRAY_TASK_ID)
+    if array and task:
+        return f"{array}_{task}"
+    return tags.get(RADT_SLURM_JOB_ID)
+
+
 SUMMARY_KEYS = (
     "*/gpu*/energy_j",
     "*/gpu*/power_w",
@@ -234,7 +247,7 @@ def _row(record: Record, configuration: str) -> dict:
         "baseline_run_id": None,
         "baseline_cv_pct": NAN,
         "experiment_id": info.experiment_id,
-        "slurm_job_id": run.data.tags.get(RADT_SLURM_JOB_ID),
+        "slurm_job_id": slurm_job(run.data.tags),
         "slurm_node": run.data.tags.get(RADT_SLURM_NODE),
     }
     row.update(record.figures)

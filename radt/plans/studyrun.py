@@ -49,6 +49,7 @@ from radt.plans.studyfile import write_progress
 from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path
 from radt.tags import RADT_STUDY, RADT_STUDY_FILE, RADT_STUDY_PROGRESS, RADT_STUDY_WORKLOADS, Mode
 from radt.tracking import experiment_id
+from radt.words import count
 
 log = logging.getLogger(__name__)
 
@@ -528,10 +529,11 @@ def run_study(options: StudyOptions) -> int:
     checked = check_study(study, found, on_this_machine=options.plan.slurm is None)
     if checked.problems:
         raise StudyError(study.path, checked.problems)
-    if options.plan.slurm is not None:  # an unknown option: one line before anything happens
+    if options.plan.slurm is not None or study.slurm:  # an unknown option: one line first
         from radt.slurm.options import slurm_options
 
-        slurm_options(study.slurm, options.plan.slurm.overrides, f"{study.path}: slurm:")
+        overrides = options.plan.slurm.overrides if options.plan.slurm is not None else {}
+        slurm_options(study.slurm, overrides, f"{study.path}: slurm:")
     for note in checked.notes:
         log.warning(f"warning: {note}")
     progress = progress_of(study)
@@ -555,6 +557,27 @@ def run_study(options: StudyOptions) -> int:
     return _Run(study, workloads, plan_path, options, found, progress).run(plan)
 
 
+def close_study(options: StudyOptions) -> int:
+    """The closing Slurm job of a study (``--slurm-close``): record the workload jobs that
+    ended and, when none is left in Slurm, end the study run with its workloads' outcome."""
+    study = read_study(options.path)
+    plan_path = options.plan_path or default_plan_path(study.path)
+    if options.plan.slurm is None:
+        from radt.slurm.dispatch import SlurmRequest
+
+        options = replace(options, plan=replace(options.plan, slurm=SlurmRequest()))
+    run = _Run(study, expand(study), plan_path, options, {}, progress_of(study))
+    store = open_store(run.options.tracking_uri)
+    dispatch = run.dispatch(store)
+    run.endings = dispatch.endings
+    left = dispatch.refresh()
+    if left:
+        log.info(f"{count(len(left), 'workload')} still in Slurm: the study run stays open")
+        return 0
+    run.settle(store[0])
+    return 0
+
+
 class _Run:
     """One invocation of a study that runs."""
 
@@ -568,20 +591,24 @@ class _Run:
         self.status: dict[int, str] = dict(study.status)
         self.options = replace(options.plan, path=plan_path)
         self.interrupted = False
+        self.run_id: str | None = study.parent
+        """The study run (until one is opened: the one the study file names, if any)."""
+        self.opened = False
 
     def pending(self, plan) -> list[Workload]:
         return _selected(plan, self.options)
 
     def run(self, plan) -> int:
         pending = self.pending(plan)
+        slurm = self.options.slurm is not None
         if not pending:
             log.info(
                 f"nothing to run in {self.study.path}: every workload is finished"
                 + (" or not among --modes" if self.options.modes else "")
                 + " (--rerun runs FAILED ones again, --rerun-all every one)"
             )
-            return 0
-        slurm = self.options.slurm is not None
+            if not slurm:
+                return 0
         problems = check_plan(plan, pending, self.options, self.found, read_gpus=not slurm)
         if self.options.slurm is not None and self.study.batch is not None:
             problems.append(
@@ -593,10 +620,10 @@ class _Run:
         store = open_store(self.options.tracking_uri)
         client = store[0]
         self.experiment_id = experiment_id(client, self.study.experiment)
+        if self.options.slurm is not None:  # the study run opens once Slurm would take the jobs
+            return self.on_slurm(store, client)
         self.run_id = self._study_run(client)
         write_progress(self.study.path, self.run_id, self.status, log.warning)
-        if self.options.slurm is not None:
-            return self.on_slurm(store, client)
         status, code = "FAILED", 1
         try:
             if self.study.nodes > 1:
@@ -651,32 +678,74 @@ class _Run:
                 code = 1
         return code
 
-    def on_slurm(self, store: tuple, client=None) -> int:
-        """Every pending workload a Slurm job nested under the study run; ``status:`` follows."""
-        from radt.slurm.dispatch import run_on_slurm
+    def dispatch(self, store: tuple):
+        """The study's workloads on Slurm, nested under the study run; ``status:`` follows."""
+        from radt.slurm.dispatch import Dispatch
         from radt.slurm.options import slurm_options
 
         request = self.options.slurm
         slurm = slurm_options(self.study.slurm, request.overrides, f"{self.study.path}: slurm:")
+        client, uri, _ = store
+        return Dispatch(
+            self.plan_path,
+            slurm,
+            request,
+            client,
+            uri,
+            tags={RADT_STUDY: self.study.name},
+            record=self._record_status,
+            nodes=self.study.nodes,
+            target=self.study.path,
+        )
+
+    def on_slurm(self, store: tuple, client=None) -> int:
+        """Every pending workload a Slurm job nested under the study run, which is opened only
+        once Slurm would take the jobs; it ends when the last job ends (here, or by the
+        closing job after ``--detach`` or SIGTERM)."""
+        dispatch = self.dispatch(store)
+        self.endings = dispatch.endings
+        if client is None:  # a dry run
+            return dispatch.go(self.pending)
+        created: list[str] = []
+
+        def open_parent() -> str:
+            self.run_id = self._study_run(client)
+            self.opened = True
+            if self.run_id != self.study.parent:
+                created.append(self.run_id)
+            write_progress(self.study.path, self.run_id, self.status, log.warning)
+            return self.run_id
+
         try:
-            code = run_on_slurm(
-                self.plan_path,
-                self.pending,
-                slurm,
-                request,
-                store,
-                parent_run_id=getattr(self, "run_id", None),
-                tags={RADT_STUDY: self.study.name},
-                record=self._record_status,
-                nodes=self.study.nodes,
-            )
+            code = dispatch.go(self.pending, open_parent)
         except BaseException:
-            if client is not None:
+            if created and not dispatch.jobs:  # sbatch refused after all: nothing was made
+                client.delete_run(created[0])
+                write_progress(self.study.path, self.study.parent, self.status, log.warning)
+            elif self.opened:
                 self._close(client, FAILED)
             raise
-        if client is not None and not request.detach:
-            self._close(client, "KILLED" if code == 130 else self._outcome())
+        if not self.opened:  # nothing submitted, nothing in Slurm
+            self.settle(client)
+        elif code == 130:
+            self._close(client, "KILLED")
+        elif code < 128 and not dispatch.jobs:
+            self._close(client, self._outcome(dispatch.cancelled))
         return code
+
+    def settle(self, client) -> None:
+        """Close the study run a detached submission left RUNNING, once no job is left."""
+        parent = self.study.parent
+        if not parent:
+            return
+        try:
+            run = client.get_run(parent)
+        except Exception:
+            return
+        if run.info.status != "RUNNING":
+            return
+        self.run_id = parent
+        self._close(client, self._outcome())
 
     def _study_run(self, client) -> str:
         tags = {
@@ -755,13 +824,45 @@ class _Run:
             text = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
             log.warning(f"could not write the progress into {self.study.path}: {text}")
 
-    def _outcome(self) -> str:
-        statuses = [_status(w, self.progress) for w in self.workloads]
-        return FAILED if FAILED in statuses else FINISHED
+    def _considered(self) -> list[StudyWorkload]:
+        """The workloads this invocation is about: those among ``--modes`` (every one without)."""
+        modes = self.options.modes
+        return [w for w in self.workloads if modes is None or w.configuration.mode in modes]
+
+    def _outcome(self, cancelled: bool = False) -> str:
+        """FINISHED only when every workload finished; KILLED when the user cancelled (Ctrl-C,
+        scancel); otherwise FAILED."""
+        statuses = [_status(w, self.progress) for w in self._considered()]
+        if all(s == FINISHED for s in statuses):
+            return FINISHED
+        endings = getattr(self, "endings", {})
+        if cancelled or "CANCELLED" in endings.values():
+            return "KILLED"
+        return FAILED
+
+    def _others(self) -> str:
+        """The workloads that did not finish, counted by Slurm's state (else their status)."""
+        endings = getattr(self, "endings", {})
+        kinds: dict[str, int] = {}
+        for w in self._considered():
+            status = _status(w, self.progress)
+            if status != FINISHED:
+                kind = endings.get(w.name) or status or "not run"
+                if status in (FAILED, "KILLED") and kind not in (FAILED, "KILLED", status):
+                    kind = f"{status} ({kind})"
+                kinds[kind] = kinds.get(kind, 0) + 1
+        return ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+
+    def again(self) -> str:
+        """The command that goes on where this one left off."""
+        if self.options.slurm is not None and self.options.slurm.again:
+            return self.options.slurm.again
+        return f"radt {self.study.path}"
 
     def _close(self, client, status: str) -> None:
         done = sum(1 for w in self.workloads if _status(w, self.progress) == FINISHED)
         left = len(self.workloads) - done
+        others = self._others()
         try:
             client.set_tag(self.run_id, RADT_STUDY_PROGRESS, f"{done}/{len(self.workloads)}")
             for path in (self.study.path, self.plan_path):
@@ -772,6 +873,8 @@ class _Run:
                 f"could not close the study run {self.run_id}: {str(exc).splitlines()[0][:200]}"
             )
         log.info(
-            f"study {self.study.name}: {done} of {len(self.workloads)} workloads finished"
-            + (f"; {left} left: run `radt {self.study.path}` again to go on" if left else "")
+            f"study {self.study.name}: {status}, {done} of {len(self.workloads)} workloads "
+            "finished"
+            + (f" (others: {others})" if others else "")
+            + (f"; {left} left: run `{self.again()}` again to go on" if left else "")
         )

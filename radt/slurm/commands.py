@@ -20,6 +20,8 @@ ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUE
 """Slurm job states in which the workload still has to end."""
 ENDINGS_KILLED = ("TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "CANCELLED", "PREEMPTED", "DEADLINE")
 """Slurm endings that stop a workload from outside: its runs end KILLED with the state named."""
+WAITING_TURN = ("", "None", "Priority", "Resources", "JobArrayTaskLimit", "Dependency", "BeginTime")
+"""Reasons of a pending job that only mean it waits its turn: not worth a line."""
 
 _FIELD = re.compile(r"(\w+)=(\S*)")
 TIMEOUT_S = 60.0
@@ -45,11 +47,16 @@ class TaskState:
         return self.state in ACTIVE
 
 
-def _run(argv: list[str], timeout_s: float = TIMEOUT_S) -> subprocess.CompletedProcess:
-    if shutil.which(argv[0]) is None:
+def require(name: str) -> None:
+    """Raise RadtError, in one line, when Slurm's command ``name`` is not on PATH."""
+    if shutil.which(name) is None:
         raise RadtError(
-            f"{argv[0]} not found: --slurm needs Slurm's commands on PATH (run on a login node)"
+            f"{name} not found: --slurm needs Slurm's commands on PATH (run on a login node)"
         )
+
+
+def _run(argv: list[str], timeout_s: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+    require(argv[0])
     try:
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
@@ -71,6 +78,67 @@ def sbatch(argv: list[str]) -> str:
         message = _first_line(done.stderr or done.stdout).removeprefix("sbatch: error: ")
         raise RadtError(f"sbatch refused the job: {message}")
     return done.stdout.strip().split(";")[0]
+
+
+def test_only(argv: list[str]) -> None:
+    """Ask sbatch whether it would take the job (``sbatch --test-only``), submitting nothing;
+    raise RadtError with sbatch's own message in one line when it would not."""
+    done = _run(["sbatch", "--test-only", *argv])
+    if done.returncode != 0:
+        message = _first_line(done.stderr or done.stdout).removeprefix("sbatch: error: ")
+        message = message.removeprefix("allocation failure: ")
+        raise RadtError(f"sbatch refused the job: {message}{_hint(message)}")
+
+
+def _hint(message: str) -> str:
+    """What to do about sbatch's refusal, for the refusals it words alike."""
+    if "node configuration is not available" in message:
+        return (
+            " (no node of the partition has the GPUs, memory or CPUs asked for: compare "
+            "slurm:'s gres, mem and cpus_per_task with `sinfo -o '%P %D %G %m %c'`)"
+        )
+    if "partition" in message.lower():
+        return " (`sinfo -s` lists the partitions: set slurm: partition or --slurm-option)"
+    return ""
+
+
+def partition(name: str | None) -> dict[str, str]:
+    """``scontrol show partition -o``'s fields of partition ``name`` (the default partition
+    when None); empty when Slurm does not say."""
+    done = _run(["scontrol", "show", "partition", "-o", *([name] if name else [])])
+    if done.returncode != 0:
+        return {}
+    for line in done.stdout.splitlines():
+        fields = dict(_FIELD.findall(line))
+        if name or fields.get("Default") == "YES":
+            return fields
+    return {}
+
+
+def minutes(text: str) -> float | None:
+    """A Slurm time (``90``, ``1:30``, ``0:00:05``, ``2-00:00:00``, ``1-12``) in minutes; None
+    for UNLIMITED, INFINITE, NONE or a form Slurm does not write."""
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    days, dash, rest = text.partition("-")
+    if not dash:
+        days, rest = "0", text
+    try:
+        parts = [float(p) for p in rest.split(":")]
+        day = float(days)
+    except ValueError:
+        return None
+    if dash:  # days-hours[:minutes[:seconds]]
+        parts += [0.0] * (3 - len(parts))
+        hours, mins, secs = parts[:3]
+    elif len(parts) == 1:  # minutes
+        hours, mins, secs = 0.0, parts[0], 0.0
+    elif len(parts) == 2:  # minutes:seconds
+        hours, mins, secs = 0.0, parts[0], parts[1]
+    else:
+        hours, mins, secs = parts[:3]
+    return day * 1440 + hours * 60 + mins + secs / 60
 
 
 def scancel(job_ids: list[str]) -> None:

@@ -6,7 +6,10 @@ job ids beside the plan (``<plan>.slurm/jobs.json``), writes ``PENDING`` and
 ``RUNNING`` statuses as Slurm reports them, and, when a task has ended, reads the
 workload's runs from MLflow (found by their ``radt.slurm.*`` tags) and writes
 their statuses into the plan; Slurm's own endings (TIMEOUT, OUT_OF_MEMORY, …)
-are named on those runs.
+are named on those runs. Before anything is created the partition's limits and
+``sbatch --test-only`` must accept the jobs; after them a closing job
+(``afterany``) runs radT to record their ends and close the study run, so it ends
+even when nobody waits or looks again.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import logging
 import os
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +29,7 @@ from radt.errors import RadtError, UsageError
 from radt.plans.model import FAILED, FINISHED, Plan, Workload
 from radt.plans.read import read_plan
 from radt.slurm import commands
-from radt.slurm.commands import ENDINGS_KILLED, TaskState
+from radt.slurm.commands import ENDINGS_KILLED, WAITING_TURN, TaskState
 from radt.slurm.options import SBATCH_FLAGS, SlurmOptions
 from radt.tags import (
     JOB_ROLE,
@@ -35,6 +39,7 @@ from radt.tags import (
     RADT_PLAN_LINE,
     RADT_SLURM_ARRAY_JOB_ID,
     RADT_SLURM_ARRAY_TASK_ID,
+    RADT_SLURM_ATTEMPT,
     RADT_SLURM_STATE,
     RADT_STOP_REASON,
     Mode,
@@ -60,6 +65,8 @@ class SlurmRequest:
     dry_run: bool = False
     node_args: list[str] = field(default_factory=list)
     """radT's own options, passed on to the radT on the node."""
+    again: str = ""
+    """The command that goes on where this one left off (``radt study.yaml --slurm …``)."""
 
 
 def folder_of(plan_path: Path) -> Path:
@@ -90,6 +97,35 @@ def refusals(plan: Plan, pending: list[Workload], slurm: SlurmOptions) -> list[s
     return problems
 
 
+def partition_refusals(slurm: SlurmOptions, nodes: int) -> list[str]:
+    """What the partition can never give (``scontrol show partition``): more nodes than it
+    has, more time than its MaxTime. One line each; empty when Slurm does not say."""
+    fields = commands.partition(slurm.partition)
+    if not fields:
+        return []
+    name = fields.get("PartitionName", slurm.partition or "the default partition")
+    problems = []
+    total = fields.get("TotalNodes", "")
+    most = fields.get("MaxNodes", "")
+    limits = [int(n) for n in (total, most) if n.isdigit()]
+    limit = min(limits) if limits else None
+    if limit is not None and nodes > limit:
+        problems.append(
+            f"nodes: {nodes}, but Slurm partition {name} gives a job at most "
+            f"{count(limit, 'node')} (PartitionNodeLimit): lower nodes: or choose a partition "
+            "with more nodes (--slurm-option partition=NAME)"
+        )
+    wanted = commands.minutes(slurm.time or "")
+    most_min = commands.minutes(fields.get("MaxTime", ""))
+    if wanted is not None and most_min is not None and wanted > most_min:
+        problems.append(
+            f"time: {slurm.time}, but Slurm partition {name} allows at most "
+            f"{fields['MaxTime']} (PartitionTimeLimit): lower time: or choose another partition "
+            "(--slurm-option partition=NAME)"
+        )
+    return problems
+
+
 def store_warning(uri: str) -> str | None:
     """The one warning for a store that nodes reach only through a shared filesystem."""
     path = sqlite_path(uri)
@@ -100,6 +136,14 @@ def store_warning(uri: str) -> str | None:
             "path on a shared filesystem (an MLflow server is the norm, see docs/deployment.md)"
         )
     return None
+
+
+class _Left(Exception):
+    """SIGTERM or SIGHUP while waiting: leave the jobs running."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 class Dispatch:
@@ -117,8 +161,13 @@ class Dispatch:
         tags: dict[str, str] | None = None,
         record: StatusHook | None = None,
         nodes: int = 1,
+        target: Path | None = None,
     ) -> None:
         self.plan_path = Path(plan_path).resolve()
+        self.target = Path(target).resolve() if target is not None else self.plan_path
+        """The file the closing job runs radT on: the study, else the plan."""
+        self.cancelled = False
+        """Whether the user cancelled the jobs (Ctrl-C)."""
         self.nodes = nodes
         """Above 1: each workload is one training across this many nodes (a study's
         ``nodes:``), one radT per node under one ``srun``."""
@@ -134,6 +183,8 @@ class Dispatch:
         """Workload label → ``<array job id>_<task>`` of jobs not yet recorded."""
         self.running: set[str] = set()
         self.ended: dict[str, str] = {}
+        self.endings: dict[str, str] = {}
+        """Workload name → Slurm's state for the jobs that ended other than COMPLETED."""
 
     # ------------------------------------------------------------------ job ids
 
@@ -152,6 +203,17 @@ class Dispatch:
         tmp = self._jobs_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.jobs, indent=1, sort_keys=True))
         os.replace(tmp, self._jobs_file)
+
+    @property
+    def _closer_file(self) -> Path:
+        return self.folder / "closer.json"
+
+    def closer(self) -> str | None:
+        """The job id of the last job that closes the runs when the workloads' jobs end."""
+        try:
+            return str(json.loads(self._closer_file.read_text())["job"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def _states(self) -> dict[tuple[str, int], TaskState]:
         ids = [job.split("_")[0] for job in self.jobs.values()]
@@ -173,9 +235,42 @@ class Dispatch:
             state = known.get(self._key(job))
             if state is not None and state.active:
                 active.append(label)
+                if state.state != "PENDING":
+                    self._note_running(plan, label, job)
                 continue
             self._finish(plan, label, job, state)
         return active
+
+    def _note_running(self, plan: Plan, label: str, job: str) -> None:
+        """A job Slurm runs: RUNNING into the plan once (never PENDING over it)."""
+        if label in self.running:
+            return
+        self.running.add(label)
+        workload = self._workload(plan, label)
+        if workload is not None and workload.status != "RUNNING":
+            self._write_status(plan, workload, "RUNNING", f"slurm:{job}")
+
+    def _asked_nodes(self) -> int:
+        """The nodes a job asks for: ``nodes:``, unless an ``extra`` ``--nodes=N[-M]`` (the
+        last sbatch flag wins) says otherwise."""
+        nodes = self.nodes
+        for arg in self.slurm.extra:
+            least = arg.removeprefix("--nodes=").split("-")[0]
+            if arg.startswith("--nodes=") and least.isdigit():
+                nodes = int(least)
+        return nodes
+
+    def check(self, plan: Plan, pending: list[Workload]) -> None:
+        """Refuse, in one line and before anything is created, what Slurm would never run:
+        more nodes or time than the partition has, or what ``sbatch --test-only`` refuses
+        (an unknown partition, GPUs no node has, no sbatch on PATH)."""
+        commands.require("sbatch")
+        groups = {tuple(self._sbatch_args(w)) for w in pending}
+        problems = partition_refusals(self.slurm, self._asked_nodes())
+        if problems:
+            raise UsageError(f"{self.target}: {problems[0]}")
+        for args in groups:
+            commands.test_only([f"--chdir={Path.cwd()}", *args, "--wrap=true"])
 
     def submit(self, plan: Plan, pending: list[Workload]) -> list[str]:
         """Submit ``pending`` (one array per set of sbatch options); the sbatch lines when
@@ -216,12 +311,71 @@ class Dispatch:
             self._save()
             for task, workload in enumerate(workloads):
                 self._write_status(plan, workload, "PENDING", f"slurm:{array_id}_{task}")
+        if submitted:
+            self.submit_closer()
         return lines
 
+    def submit_closer(self) -> None:
+        """Submit (again) the last job: once every workload job has ended (``afterany``), it
+        runs radT to record them and close the runs, so a study run ends even when nobody
+        looks again. The one it replaces is cancelled."""
+        old = self.closer()
+        arrays = sorted({job.split("_")[0] for job in self.jobs.values()})
+        if not arrays:
+            return
+        script = self.folder / "close.sh"
+        radt = ["radt"] if self.slurm.setup else [sys.executable, "-m", "radt"]
+        target = str(self.target)
+        command = [*radt, target, "--slurm-close", str(self.plan_path), *self.request.node_args]
+        lines = [
+            "#!/bin/bash",
+            f"# radT: records the ended Slurm jobs of {self.plan_path} and closes their runs",
+            "set -e",
+            *self.slurm.setup,
+            "exec " + shlex.join(command),
+        ]
+        script.write_text("\n".join(lines) + "\n")
+        script.chmod(0o755)
+        argv = [
+            f"--job-name=radt-close-{self.plan_path.stem}",
+            f"--dependency=afterany:{':'.join(arrays)}",
+            f"--output={self.folder / 'logs' / 'close-%j.out'}",
+            f"--chdir={Path.cwd()}",
+            *[
+                f"{flag}={getattr(self.slurm, key)}"
+                for key, flag in SBATCH_FLAGS.items()
+                if key in ("partition", "account") and getattr(self.slurm, key)
+            ],
+            "--ntasks=1",
+            str(script),
+        ]
+        job = commands.sbatch(argv)
+        tmp = self._closer_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"job": job}))
+        os.replace(tmp, self._closer_file)
+        if old and old != job:
+            commands.scancel([old])
+        log.info(f"Slurm job {job} closes the runs when the last workload job ends")
+
+    def cancel_closer(self) -> None:
+        """Cancel the closing job (this radT closes the runs itself)."""
+        job = self.closer()
+        if job:
+            commands.scancel([job])
+            self._closer_file.unlink(missing_ok=True)
+
     def wait(self) -> int:
-        """Follow the jobs until they end, printing progress; Ctrl-C cancels them."""
+        """Follow the jobs until they end, printing progress; Ctrl-C cancels them, SIGTERM
+        and SIGHUP leave them running, as ``--detach`` does (the closing job ends the runs)."""
         started = time.monotonic()
         shown = ""
+        previous = {}
+
+        def leave(signum, _frame):
+            raise _Left(signum)
+
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            previous[signum] = signal.signal(signum, leave)
         try:
             while self.jobs:
                 shown = self._look(started, shown)
@@ -229,7 +383,66 @@ class Dispatch:
                     time.sleep(POLL_S)
         except KeyboardInterrupt:
             return self._cancel(started)
+        except _Left as left:
+            name = signal.Signals(left.signum).name
+            closer = self.closer()
+            by = f"Slurm job {closer}" if closer else "the next run of the same command"
+            log.info(
+                f"{name}: stopped waiting; Slurm goes on with "
+                f"{count(len(self.jobs), 'job')} ({' '.join(self.jobs.values())}) and {by} "
+                f"closes the runs when they end; `{self.request.again}` shows where they stand"
+            )
+            return 128 + left.signum
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         return self._code()
+
+    def go(
+        self,
+        select: Callable[[Plan], list[Workload]],
+        open_parent: Callable[[], str] | None = None,
+    ) -> int:
+        """Record what ended, refuse what Slurm would never run, then (``open_parent`` giving the
+        parent run, after every check) submit what ``select`` picks that is not already in Slurm,
+        and unless detached wait for every job; 0 when all finished, 1 if not, 130 on Ctrl-C,
+        128+N on signal N (SIGTERM, SIGHUP: the jobs keep running)."""
+        request = self.request
+        active = set(self.refresh()) if not request.dry_run else set(self.jobs)
+        plan = read_plan(self.plan_path)
+        pending = [w for w in select(plan) if w.label not in active]
+        problems = refusals(plan, pending, self.slurm)
+        if problems:
+            raise UsageError("\n".join(problems))
+        if active:
+            log.info(f"{count(len(active), 'workload')} already in Slurm, not submitted again")
+        if request.dry_run:
+            for line in self.submit(plan, pending):
+                print(line, flush=True)
+            return 0
+        if pending:
+            self.check(plan, pending)
+        if open_parent is not None and (pending or active):
+            self.parent_run_id = open_parent()
+        warning = store_warning(self.uri)
+        if warning and pending:
+            log.warning(f"warning: {warning}")
+        self.submit(plan, pending)
+        if request.detach:
+            if self.jobs:
+                log.info(
+                    f"detached: {count(len(self.jobs), 'workload')} in Slurm; Slurm job "
+                    f"{self.closer() or '(none)'} closes the runs when they end; "
+                    f"`{request.again}` shows where they stand"
+                )
+            return 0
+        if not self.jobs:
+            log.info("nothing to run")
+            return 0
+        code = self.wait()
+        if not self.jobs:  # this radT recorded every job: the closing job has nothing left
+            self.cancel_closer()
+        return code
 
     # ------------------------------------------------------------------ waiting
 
@@ -237,23 +450,23 @@ class Dispatch:
         known = self._states()
         plan = read_plan(self.plan_path)
         pending = running = 0
+        reasons = []
         for label, job in list(self.jobs.items()):
             state = known.get(self._key(job))
             if state is not None and state.active:
                 if state.state == "PENDING":
                     pending += 1
+                    if state.reason not in WAITING_TURN:
+                        reasons.append(f"{job} {state.reason}")
                     continue
                 running += 1
-                if label not in self.running:
-                    self.running.add(label)
-                    workload = self._workload(plan, label)
-                    if workload is not None:
-                        self._write_status(plan, workload, "RUNNING", f"slurm:{job}")
+                self._note_running(plan, label, job)
                 continue
             self._finish(plan, label, job, state)
         finished = sum(s == FINISHED for s in self.ended.values())
+        why = f" ({', '.join(reasons)})" if reasons else ""
         line = (
-            f"slurm: {pending} pending, {running} running, {finished} finished, "
+            f"slurm: {pending} pending{why}, {running} running, {finished} finished, "
             f"{len(self.ended) - finished} failed or killed"
         )
         if line != shown:
@@ -268,6 +481,7 @@ class Dispatch:
             "Ctrl-C again leaves at once"
         )
         commands.scancel(jobs)
+        self.cancelled = True
         try:
             shown = ""
             while self.jobs:
@@ -309,15 +523,20 @@ class Dispatch:
             for r in found
             if RADT_PLAN_LINE not in r.data.tags and r.data.tags.get(RADT_GROUP_ROLE) != NODE_ROLE
         ]
-        parent = max(parents, key=lambda r: r.info.start_time, default=None)
+        parent = max(parents, key=_attempt_order, default=None)
         for run in found:  # an earlier attempt of a requeued (e.g. preempted) job
             if parent is not None and run.info.run_id != parent.info.run_id:
                 earlier = run.data.tags.get(MLFLOW_PARENT_RUN_ID) != parent.info.run_id
                 if earlier and RADT_SLURM_STATE not in run.data.tags:
+                    attempt = run.data.tags.get(RADT_SLURM_ATTEMPT, "1")
                     self.client.set_tag(run.info.run_id, RADT_SLURM_STATE, "REQUEUED")
                     self.client.set_tag(
-                        run.info.run_id, RADT_STOP_REASON, f"Slurm requeued job {job}"
+                        run.info.run_id,
+                        RADT_STOP_REASON,
+                        f"Slurm requeued job {job}: attempt {attempt} ended, a later one ran",
                     )
+                    if run.info.status == "RUNNING":
+                        self.client.set_terminated(run.info.run_id, "KILLED")
         rows: dict[int, object] = {}
         for run in sorted(found, key=lambda r: r.info.start_time):
             line = run.data.tags.get(RADT_PLAN_LINE)
@@ -347,6 +566,8 @@ class Dispatch:
         parent, rows = self._runs(workload, job)
         runs = [r for r in [parent, *rows.values()] if r is not None]
         ending = state.state if state is not None else "gone"
+        if ending != "COMPLETED":
+            self.endings[workload.name] = ending
         if state is not None and state.state in ENDINGS_KILLED:
             self._name_ending(runs, state, job)
         elif state is None:
@@ -359,8 +580,13 @@ class Dispatch:
                     )
                     self.client.set_terminated(run.info.run_id, "KILLED")
         if parent is None:
-            never_ran = state is not None and state.state == "CANCELLED"
+            # cancelled while pending: Slurm keeps no record of an array task that never ran,
+            # and such a task wrote no output; it gets no status and is submitted again
+            started = (self.folder / "logs" / f"{job}.out").exists()
+            never_ran = ending == "CANCELLED" or (state is None and not started)
             status = "" if never_ran else ("KILLED" if ending in ENDINGS_KILLED else FAILED)
+            if never_ran:
+                self.endings[workload.name] = "CANCELLED"
             if status == FAILED:
                 why = self._why(job)
                 log.info(f"workload {label}: Slurm job {job} {ending} before radT started: {why}")
@@ -451,6 +677,11 @@ class Dispatch:
         return script
 
 
+def _attempt_order(run) -> tuple[int, int]:
+    attempt = run.data.tags.get(RADT_SLURM_ATTEMPT, "1")
+    return (int(attempt) if attempt.isdigit() else 1, run.info.start_time)
+
+
 def run_on_slurm(
     plan_path: Path,
     select: Callable[[Plan], list[Workload]],
@@ -477,29 +708,29 @@ def run_on_slurm(
         record=record,
         nodes=nodes,
     )
-    active = set(dispatch.refresh()) if not request.dry_run else set(dispatch.jobs)
-    plan = read_plan(dispatch.plan_path)
-    pending = [w for w in select(plan) if w.label not in active]
-    problems = refusals(plan, pending, slurm)
-    if problems:
-        raise UsageError("\n".join(problems))
-    if active:
-        log.info(f"{count(len(active), 'workload')} already in Slurm, not submitted again")
-    if request.dry_run:
-        for line in dispatch.submit(plan, pending):
-            print(line, flush=True)
-        return 0
-    warning = store_warning(uri)
-    if warning and pending:
-        log.warning(f"warning: {warning}")
-    dispatch.submit(plan, pending)
-    if request.detach:
-        log.info(
-            f"detached: {count(len(dispatch.jobs), 'workload')} in Slurm; run the same command "
-            "again to see where they stand"
-        )
-        return 0
-    if not dispatch.jobs:
-        log.info("nothing to run")
-        return 0
-    return dispatch.wait()
+    return dispatch.go(select)
+
+
+def close_on_slurm(dispatch: Dispatch) -> bool:
+    """The closing job's work: record the jobs that ended; True when none is left in Slurm."""
+    return not dispatch.refresh()
+
+
+def close_plan(target: Path, plan_path: Path, options, *, study: bool) -> int:
+    """The closing job (``radt TARGET --slurm-close PLAN``, submitted with ``afterany`` on the
+    workload jobs): record the jobs that ended, their runs closed and Slurm's endings named,
+    and for a study end the study run once no workload job is left."""
+    from dataclasses import replace
+
+    from radt.launch.launcher import open_store
+
+    options = replace(options, slurm=options.slurm or SlurmRequest(), path=plan_path)
+    if study:
+        from radt.plans.studyrun import StudyOptions, close_study
+
+        return close_study(StudyOptions(target, options, plan_path=plan_path))
+    client, uri, _ = open_store(options.tracking_uri)
+    left = Dispatch(plan_path, SlurmOptions(), options.slurm, client, uri).refresh()
+    if left:
+        log.info(f"{count(len(left), 'workload')} still in Slurm")
+    return 0

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from radt.tags import (
     RADT_SLURM_ARRAY_JOB_ID,
     RADT_SLURM_ARRAY_TASK_ID,
+    RADT_SLURM_ATTEMPT,
     RADT_SLURM_GPUS,
     RADT_SLURM_JOB_ID,
     RADT_SLURM_NODE,
@@ -44,6 +45,9 @@ def job_tags(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         value = next((environ[name] for name in names if environ.get(name)), None)
         if value is not None:
             tags[tag] = value
+    restarts = environ.get("SLURM_RESTART_COUNT", "")
+    if restarts.isdigit():  # set once Slurm requeued the job: this run is a later attempt
+        tags[RADT_SLURM_ATTEMPT] = str(int(restarts) + 1)
     return tags
 
 

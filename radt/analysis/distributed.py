@@ -9,8 +9,12 @@
   (RAPL) the same;
 - **per example** and **rate**: as a lone run's, over the job window; ``examples_per_s_per_gpu``
   the rate over every node's GPUs;
+- **GPUs**: what the nodes' GPU listeners recorded, each GPU once
+  (:func:`radt.quantities.gpu_devices`); a node without a GPU listener leaves the count and
+  every per-GPU figure NaN, the note naming it;
 - **scaling efficiency**: examples/s per GPU over that of the same Job on fewer nodes (its
-  baseline, named in ``radt.scaling_baseline``).
+  baseline: a job run, or a lone run of 1 node, :func:`per_gpu_rate`; named in
+  ``radt.scaling_baseline``).
 
 :func:`store_job_figures` computes them once, when the job run ends, and logs them on it
 (``radt/<figure>`` metrics, ``examples``); :func:`job_rows` gives the summary its ``job`` and

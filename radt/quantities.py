@@ -194,7 +194,7 @@ def gpu_devices(keys: Iterable[str], providers: Iterable[Provides] | None = None
             continue
         if len(parts) == 3 and (parts[0], parts[2]) in series:
             gpus.add(parts[1])
-        elif all(_MIG_PART.match(p) for p in parts[2:-1]):
+        elif len(parts) > 3 and all(_MIG_PART.match(p) for p in parts[2:-1]):
             mig = parts[2:-1]
             if mig[0].startswith("gi") and len(mig) == 1:
                 continue  # a DCGM GPU instance: its compute instances are the devices

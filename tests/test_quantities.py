@@ -163,6 +163,8 @@ def test_the_gpus_of_a_run_are_its_gpu_listeners_gpus_each_once():
     both = [
         "nvml/gpu0/power_w",
         "nvml/gpu0/energy_j",
+        "smi/gpu0/temp_c",  # no quantity the analysis reads
+        "smi/gpu2/temp_c",  # nor here: no GPU shown by it alone
         "smi/gpu0/power_w",
         "smi/gpu0/util_pct",
         "smi/gpu1/util_pct",

@@ -232,9 +232,9 @@ def test_radt_export_and_load_of_a_job_run_give_its_node_runs_as_the_ui_does(job
     done = job.ws.run(["export", "--runs", job.job_id, "-o", "job.csv"])
     assert done.returncode == 0, done.stderr
     samples = pd.read_csv(job.ws.root / "job.csv")
-    assert set(samples["run_id"]) == nodes  # the job run holds no samples itself
+    assert set(samples["run_id"]) == {*nodes, job.job_id}  # the job run: only its figures
     power = samples[samples["key"] == "nvml/gpu0/power_w"].groupby("run_id")["value"].mean()
-    assert power[job.nodes["b"]] == pytest.approx(POWER_W["b"])
+    assert power.to_dict() == pytest.approx({job.nodes[n]: POWER_W[n] for n in "ab"})
     done = job.ws.run(["export", "--runs", job.job_id, "--summary", "-o", "rows.csv"])
     assert done.returncode == 0, done.stderr
     rows = pd.read_csv(job.ws.root / "rows.csv")

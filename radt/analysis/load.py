@@ -213,7 +213,7 @@ def select_runs(
 def with_nodes(client, runs: Sequence) -> list:
     """``runs`` and, after each job run of a distributed training among them, its node runs
     (the runs that name it their parent), each once: a job run holds only its figures,
-    its nodes do. A node run brings no other node (its job is its workload, added by
+    its nodes the samples. A node run brings no other node (its job is its workload, added by
     :func:`select_runs`). The one expansion of a job that ``radt.load``, ``radt export`` and
     the UI share."""
     found = list(runs)

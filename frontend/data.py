@@ -20,7 +20,6 @@ import pandas as pd
 from radt.errors import RadtError
 from radt.tags import (
     JOB_ROLE,
-    MLFLOW_PARENT_RUN_ID,
     NODE_ROLE,
     RADT_GROUP_ROLE,
     RADT_NODE,
@@ -293,31 +292,17 @@ class Store:
     def runs(self, run_ids: Sequence[str]) -> dict[str, RunInfo]:
         """The runs and their workload (parent) runs, oldest first; unknown ids are an error.
 
-        A ticked job run of a distributed training brings its node runs: they hold its series.
+        A ticked job run of a distributed training brings its node runs: they hold its series
+        (``radt.analysis.load.with_nodes``); a ticked node comes with its job, not with the
+        other nodes.
         """
-        from radt.analysis.load import search_all, select_runs
+        from radt.analysis.load import select_runs
 
         if not run_ids:
             return {}
 
         def read() -> list:
-            client = self._client()
-            chosen = select_runs(client, None, list(run_ids), True)
-            have = {r.info.run_id for r in chosen}
-            jobs = [
-                r
-                for r in chosen
-                if r.info.run_id in run_ids and r.data.tags.get(RADT_GROUP_ROLE) == JOB_ROLE
-            ]
-            for job in jobs:  # a ticked node comes with its job, not with the other nodes
-                kids = search_all(
-                    client,
-                    [job.info.experiment_id],
-                    tag_filter(MLFLOW_PARENT_RUN_ID, job.info.run_id),
-                )
-                chosen += [k for k in kids if k.info.run_id not in have]
-                have |= {k.info.run_id for k in kids}
-            return sorted(chosen, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+            return select_runs(self._client(), None, list(run_ids), True)
 
         return {r.info.run_id: run_info(r) for r in self._call(read)}
 
@@ -394,13 +379,6 @@ class Store:
         """
         from radt.analysis.load import load
 
-        if runs:
-            nodes = [
-                run_id
-                for run_id, info in self.runs(runs).items()
-                if info.level == "node" and info.parent_id in runs and run_id not in runs
-            ]
-            runs = [*runs, *nodes]
         selection = {"runs": list(runs) or None, "tracking_uri": self.tracking_uri}
         selection["experiment"] = None if runs else experiment
         if what == "summary":

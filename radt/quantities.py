@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -162,3 +163,48 @@ def providers_of(quantity: str) -> tuple[str, ...]:
 def listener_prefixes(quantities: Sequence[str]) -> tuple[str, ...]:
     """``LISTENER/`` of every registered source of ``quantities``: the keys' beginnings."""
     return tuple(dict.fromkeys(f"{name}/" for q in quantities for name in providers_of(q)))
+
+
+_GPU_PART = re.compile(r"^gpu\d+$")
+_MIG_PART = re.compile(r"^(mig\d+|gi\d+|ci\d+)$")
+
+
+def gpu_devices(keys: Iterable[str], providers: Iterable[Provides] | None = None) -> list[str]:
+    """The GPUs that a run's recorded ``keys`` show, sorted: one per physical GPU (``gpu0``),
+    or, where a GPU listener recorded MIG devices under it, one per MIG device (``gpu0/mig1``;
+    DCGM's ``gpu0/gi1/ci0``).
+
+    Only keys of a declared per-GPU quantity count (``nvml/gpu0/power_w``, ``smi/gpu0/util_pct``
+    …), so two listeners reading one GPU show it once, and ``top/proc/…`` (the process tree) or
+    ``nvml/gpu0/proc…`` never make a GPU. The listeners number GPUs alike (NVML's and
+    nvidia-smi's index, by PCI bus). Empty: no GPU listener recorded.
+    """
+    declared = list(registered() if providers is None else providers)
+    series = {
+        (pattern.split("/")[0], QUANTITIES[quantity].series)
+        for quantity, pattern, _ in declared
+        if QUANTITIES[quantity].per_gpu
+    }
+    listeners = {name for name, _ in series}
+    gpus: set[str] = set()
+    migs: dict[tuple[str, str], set[str]] = {}  # (GPU, listener) → its MIG devices
+    for key in dict.fromkeys(keys):
+        parts = str(key).split("/")
+        if len(parts) < 3 or parts[0] not in listeners or not _GPU_PART.match(parts[1]):
+            continue
+        if len(parts) == 3 and (parts[0], parts[2]) in series:
+            gpus.add(parts[1])
+        elif len(parts) > 3 and all(_MIG_PART.match(p) for p in parts[2:-1]):
+            mig = parts[2:-1]
+            if mig[0].startswith("gi") and len(mig) == 1:
+                continue  # a DCGM GPU instance: its compute instances are the devices
+            migs.setdefault((parts[1], parts[0]), set()).add("/".join([parts[1], *mig]))
+    found: set[str] = set()
+    for gpu in gpus | {gpu for gpu, _ in migs}:
+        seen = [devices for (g, _), devices in migs.items() if g == gpu]
+        found |= max(seen, key=len) if seen else {gpu}
+    return sorted(found, key=_device_order)
+
+
+def _device_order(device: str) -> tuple:
+    return tuple(int(re.sub(r"\D", "", part) or 0) for part in device.split("/"))

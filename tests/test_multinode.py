@@ -112,9 +112,10 @@ def job_and_nodes(workspace):
 
 @pytest.fixture(scope="module")
 def scaled(tmp_path_factory, template_db):
-    """One recorded pair, shared by the tests that only read it: the training on one node
-    (group ``one``), then on two nodes started at once (group ``two``, logs ``node0.log`` and
-    ``node1.log``), each node recording one (fake) GPU with ``nvml``."""
+    """One recorded pair, shared by the tests that only read it: the training on one node as a
+    lone run (no group), then on two nodes started at once (group ``two``, logs ``node0.log``
+    and ``node1.log``), each recording one (fake) GPU that ``nvml`` and ``smi`` both read,
+    and its process tree (``top``)."""
     import os
 
     from conftest import FAKES, new_workspace
@@ -123,10 +124,9 @@ def scaled(tmp_path_factory, template_db):
     ws = new_workspace(base, template_db)
     env = {k: v for k, v in ws.env.items() if not k.startswith(("FAKE_", "CUDA_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(FAKES / "pynvml"), env["PYTHONPATH"]])
-    common = ("-l", "nvml", "-d", "0", "--interval", "0.1", "--job", "ddp-linear")
-    one = start_node(
-        ws, base, 0, free_port(), nnodes=1, radt_args=(*common, "--group", "one"), env=env
-    )
+    env["PATH"] = os.pathsep.join([str(FAKES), env["PATH"]])
+    common = ("-l", "nvml+smi+top", "-d", "0", "--interval", "0.1", "--job", "ddp-linear")
+    one = start_node(ws, base, 0, free_port(), nnodes=1, radt_args=(*common, "-n", "one"), env=env)
     assert finish([one]) == [0], (base / "node0.log").read_text()
     port = free_port()
     nodes = [
@@ -196,7 +196,15 @@ def check_two_node_job(workspace, logs, name: str, gpus: int) -> None:
     listed = workspace.run(["runs", "-e", "Default"])
     assert listed.returncode == 0, listed.stderr
     lines = [line for line in listed.stdout.splitlines() if job.info.run_id in line]
-    assert len(lines) == 1 and f"2 nodes, {gpus} GPUs" in lines[0]
+    assert len(lines) == 1
+    if gpus:
+        assert f"2 nodes, {gpus} GPUs" in lines[0]
+        assert job.data.metrics["radt/gpus"] == gpus  # nvml and smi read one GPU: counted once
+    else:  # no GPU listener: no GPU count (issue 29), and no per-GPU figure
+        assert "2 nodes" in lines[0] and "GPU" not in lines[0]
+        assert "radt/gpus" not in job.data.metrics
+        assert "radt/examples_per_s_per_gpu" not in job.data.metrics
+        assert "no GPU listener recorded on node a, b" in job.data.tags["radt.window_note"]
     assert a.info.run_id not in listed.stdout and b.info.run_id not in listed.stdout
 
 
@@ -323,8 +331,48 @@ def test_job_figures_by_hand():
 
     apart = NodeSamples("c", Timeline(*arrays((140, 0), (150, 100))))
     figures, _, _, note = job_figures([a, apart])
-    assert note == "the nodes never trained at the same time: no job window"
+    assert note.startswith("the nodes never trained at the same time: no job window; ")
+    assert "no GPU listener recorded on node c" in note
     assert math.isnan(figures["examples_per_s"]) and figures["examples_total"] == 450.0
+
+
+def test_a_jobs_gpus_are_its_nodes_gpu_listeners_gpus_never_its_processes():
+    """Issue 29: two nodes without GPUs (only ``top``) have no GPU count and no per-GPU
+    figures, each missing with its reason, while their examples/s stand; nodes whose GPU 0
+    nvml and smi both read, beside ``top/proc``, count one GPU each."""
+    import math
+
+    import numpy as np
+
+    from radt.analysis.distributed import NodeSamples, job_figures
+    from radt.analysis.windows import Timeline
+
+    def arrays(*pairs):
+        return np.array([p[0] for p in pairs], float), np.array([p[1] for p in pairs], float)
+
+    tree = {("top", "proc", "cpu_pct"): arrays((100, 90), (130, 95))}
+    a = Timeline(*arrays((100, 0), (120, 400)))  # 400 examples in [100, 120]
+    b = Timeline(*arrays((100, 0), (120, 200)))
+    figures, start, end, note = job_figures([NodeSamples("a", a, tree), NodeSamples("b", b, tree)])
+    assert (start, end, figures["examples"], figures["examples_per_s"]) == (100, 120, 600, 30)
+    for name in ("gpus", "examples_per_s_per_gpu", "energy_j", "scaling_efficiency"):
+        assert math.isnan(figures[name]), name
+    assert note == (
+        "no GPU listener recorded on node a, b: gpus, energy_j and the per-GPU figures "
+        "(examples_per_s_per_gpu, scaling_efficiency) missing"
+    )
+
+    gpu = {
+        **tree,
+        ("nvml", "gpu0", "energy_j"): arrays((100, 0), (120, 200)),
+        ("nvml", "gpu0", "power_w"): arrays((100, 10), (120, 10)),
+        ("smi", "gpu0", "power_w"): arrays((100, 10), (120, 10)),
+    }
+    nodes = [NodeSamples("a", a, gpu), NodeSamples("b", b, gpu)]
+    figures, _, _, note = job_figures(nodes)
+    assert [n.gpus for n in nodes] == [["gpu0"], ["gpu0"]]
+    assert (figures["gpus"], figures["examples_per_s_per_gpu"]) == (2, 15)  # 30 examples/s / 2
+    assert figures["energy_j"] == 400 and note is None
 
 
 @pytest.mark.slow
@@ -359,24 +407,67 @@ def test_a_node_whose_radt_dies_is_finished_by_sync_and_fails_the_job(workspace,
     assert f"job run {job.info.run_id} of group ddp1 FAILED" in synced.stderr
 
 
-@pytest.mark.slow
-def test_scaling_efficiency_against_the_same_job_on_one_node(scaled):
-    """Each node records one (fake) GPU; the 2-node job's efficiency is its examples/s per GPU
-    over the 1-node job's, which it names."""
-    ws, _ = scaled
-    jobs = {
-        r.data.tags[group.GROUP_TAG]: r
-        for r in ws.runs()
-        if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE
-    }
-    base, two = jobs["one"].data.metrics, jobs["two"].data.metrics
-    assert (base["radt/gpus"], two["radt/gpus"]) == (1, 2)
-    assert two["radt/examples_per_s_per_gpu"] == pytest.approx(two["radt/examples_per_s"] / 2)
-    assert "radt/scaling_efficiency" not in base  # nothing on fewer nodes
-    assert two["radt/scaling_efficiency"] == pytest.approx(
-        two["radt/examples_per_s_per_gpu"] / base["radt/examples_per_s_per_gpu"]
+def test_the_baseline_is_the_latest_run_of_the_job_on_fewer_nodes_with_a_per_gpu_rate(store):
+    """Which finished run of the Job a 4-node job is measured against: a lone run's rate is its
+    examples/s over the GPUs its GPU listeners recorded (nvml and smi: one GPU; top: none),
+    a job run's its ``radt/examples_per_s_per_gpu``; a lone run without a GPU listener,
+    a workload's run and a run on as many nodes are never a baseline."""
+    import math
+
+    from radt.analysis.distributed import _baseline, per_gpu_rate
+
+    client, _ = store
+
+    def run(name, tags, metrics):
+        made = client.create_run("0", run_name=name, tags={"radt.job": "lin", **tags})
+        for key, value in metrics.items():
+            client.log_metric(made.info.run_id, key, value, step=0)
+        client.set_terminated(made.info.run_id, "FINISHED")
+        return client.get_run(made.info.run_id)
+
+    gpu = {"system/nvml/gpu0/power_w": 100, "system/smi/gpu0/power_w": 100}
+    two_gpus = {**gpu, "system/nvml/gpu1/power_w": 100, "system/top/proc/cpu_pct": 50}
+    lone = run("lone", {}, {"radt/examples_per_s": 120, **two_gpus})
+    assert per_gpu_rate(lone) == (60, None)  # 120 examples/s over 2 GPUs
+    two = run(
+        "two", {"radt.group.role": "job"}, {"radt/nodes": 2, "radt/examples_per_s_per_gpu": 50}
     )
-    assert jobs["two"].data.tags["radt.scaling_baseline"] == f"{jobs['one'].info.run_id} (1 node)"
+    assert per_gpu_rate(two) == (50, None)
+    cpu = run("cpu", {}, {"radt/examples_per_s": 99, "system/top/proc/cpu_pct": 50})
+    assert math.isnan(per_gpu_rate(cpu)[0]) and per_gpu_rate(cpu)[1] == "no GPU listener recorded"
+    run("client", {"mlflow.parentRunId": lone.info.run_id}, {"radt/examples_per_s": 500, **gpu})
+    run("four", {"radt.group.role": "job"}, {"radt/nodes": 4, "radt/examples_per_s_per_gpu": 1})
+    job = run("job", {"radt.group.role": "job"}, {})
+
+    found, rate, why = _baseline(client, job, 4)
+    assert (found.info.run_id, rate, why) == (two.info.run_id, 50, None)  # the latest
+    found, rate, why = _baseline(client, job, 2)  # the 2-node job is not on fewer nodes
+    assert (found.info.run_id, rate, why) == (lone.info.run_id, 60, None)
+    found, rate, why = _baseline(client, job, 1)
+    assert found is None and math.isnan(rate) and "of Job 'lin' on fewer nodes" in why
+
+
+@pytest.mark.slow
+def test_scaling_efficiency_against_a_lone_run_of_the_same_job(scaled):
+    """Issue 29: the 1-node lone run of the Job is the 2-node job's baseline: the job's
+    examples/s per GPU over the lone run's (its examples/s over its one GPU, which nvml and
+    smi both read), and the job names it."""
+    from radt.analysis.distributed import per_gpu_rate
+
+    ws, _ = scaled
+    runs = ws.runs()
+    (lone,) = [r for r in runs if r.info.run_name == "one"]
+    (job,) = [r for r in runs if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE]
+    assert group.GROUP_TAG not in lone.data.tags
+    rate = lone.data.metrics["radt/examples_per_s"]
+    assert per_gpu_rate(lone) == (rate, None)  # one GPU
+    two = job.data.metrics
+    assert two["radt/gpus"] == 2  # one per node, nvml's and smi's the same
+    assert two["radt/examples_per_s_per_gpu"] == pytest.approx(two["radt/examples_per_s"] / 2)
+    assert two["radt/scaling_efficiency"] == pytest.approx(
+        two["radt/examples_per_s_per_gpu"] / rate
+    )
+    assert job.data.tags["radt.scaling_baseline"] == f"{lone.info.run_id} (1 node)"
 
 
 @pytest.mark.slow

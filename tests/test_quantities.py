@@ -152,3 +152,40 @@ def test_a_plugins_gpu_power_is_counted_in_the_runs_energy(
     assert row["energy_j"] == pytest.approx(WATTS * window_s)
     assert (row["power_mean_w"], row["power_max_w"]) == (WATTS, WATTS)
     assert row["energy_method"] == "integrated_power"
+
+
+def test_the_gpus_of_a_run_are_its_gpu_listeners_gpus_each_once():
+    """nvml and smi reading GPU 0 show it once; the process tree (``top/proc``), the host and
+    nvml's per-process keys never make a GPU; MIG devices count one each, by the listener
+    that recorded most of them; without a GPU listener there is none."""
+    from radt.quantities import gpu_devices
+
+    both = [
+        "nvml/gpu0/power_w",
+        "nvml/gpu0/energy_j",
+        "smi/gpu0/temp_c",  # no quantity the analysis reads
+        "smi/gpu2/temp_c",  # nor here: no GPU shown by it alone
+        "smi/gpu0/power_w",
+        "smi/gpu0/util_pct",
+        "smi/gpu1/util_pct",
+        "nvml/gpu0/proc/mem_used_mib",
+        "nvml/gpu0/proc4242/mem_used_mib",
+        "top/proc/cpu_pct",
+        "top/proc/rss_mib",
+        "top/host/cpu_pct",
+        "rapl/package0/energy_j",
+    ]
+    assert gpu_devices(both) == ["gpu0", "gpu1"]
+    assert gpu_devices(["top/proc/cpu_pct", "top/proc/rss_mib", "top/host/cpu_pct"]) == []
+    assert gpu_devices([]) == []
+    mig = [
+        "nvml/gpu0/power_w",
+        "nvml/gpu0/mig1/mem_used_mib",
+        "nvml/gpu0/mig2/mem_used_mib",
+        "dcgm/gpu0/gi1/gract_ratio",
+        "dcgm/gpu0/gi1/ci0/smact_ratio",
+        "nvml/gpu10/power_w",
+    ]
+    assert gpu_devices(mig) == ["gpu0/mig1", "gpu0/mig2", "gpu10"]
+    plugin = [("gpu_power", "wattmeter/gpu*/power_w", 5)]
+    assert gpu_devices(["wattmeter/gpu3/power_w", "nvml/gpu0/power_w"], plugin) == ["gpu3"]

@@ -220,3 +220,29 @@ def test_exporting_a_ticked_job_gives_its_nodes_samples_and_rows(job):
     assert power[job.nodes["a"]] == pytest.approx(POWER_W["a"])
     summary = pd.read_csv(io.BytesIO(store.export("summary", "csv", None, [job.job_id])))
     assert sorted(summary["level"]) == ["job", "node", "node"]
+
+
+@pytest.mark.slow
+def test_radt_export_and_load_of_a_job_run_give_its_node_runs_as_the_ui_does(job):
+    """Issue 29: ``radt export --runs <job run>`` and ``radt.load(runs=[job run])`` bring the
+    job's node runs (their samples, their node rows), as the UI's export of a ticked job."""
+    import radt
+
+    nodes = set(job.nodes.values())
+    done = job.ws.run(["export", "--runs", job.job_id, "-o", "job.csv"])
+    assert done.returncode == 0, done.stderr
+    samples = pd.read_csv(job.ws.root / "job.csv")
+    assert set(samples["run_id"]) == {*nodes, job.job_id}  # the job run: only its figures
+    power = samples[samples["key"] == "nvml/gpu0/power_w"].groupby("run_id")["value"].mean()
+    assert power.to_dict() == pytest.approx({job.nodes[n]: POWER_W[n] for n in "ab"})
+    done = job.ws.run(["export", "--runs", job.job_id, "--summary", "-o", "rows.csv"])
+    assert done.returncode == 0, done.stderr
+    rows = pd.read_csv(job.ws.root / "rows.csv")
+    assert sorted(zip(rows["level"], rows["run_id"], strict=True)) == sorted(
+        [("job", job.job_id), *(("node", n) for n in nodes)]
+    )
+    where = {"tracking_uri": job.ws.uri, "cache_dir": job.ws.home / "cache"}
+    loaded = radt.load(runs=[job.job_id], keys=["nvml/gpu0/power_w"], **where)
+    assert set(loaded["run_id"]) == nodes
+    one = radt.load(runs=[job.nodes["a"]], keys=["nvml/gpu0/power_w"], **where)
+    assert set(one["run_id"]) == {job.nodes["a"]}  # a node brings no other node

@@ -9,8 +9,12 @@
   (RAPL) the same;
 - **per example** and **rate**: as a lone run's, over the job window; ``examples_per_s_per_gpu``
   the rate over every node's GPUs;
+- **GPUs**: what the nodes' GPU listeners recorded, each GPU once
+  (:func:`radt.quantities.gpu_devices`); a node without a GPU listener leaves the count and
+  every per-GPU figure NaN, the note naming it;
 - **scaling efficiency**: examples/s per GPU over that of the same Job on fewer nodes (its
-  baseline, named in ``radt.scaling_baseline``).
+  baseline: a job run, or a lone run of 1 node, :func:`per_gpu_rate`; named in
+  ``radt.scaling_baseline``).
 
 :func:`store_job_figures` computes them once, when the job run ends, and logs them on it
 (``radt/<figure>`` metrics, ``examples``); :func:`job_rows` gives the summary its ``job`` and
@@ -27,9 +31,9 @@ from typing import TYPE_CHECKING
 
 from radt.analysis.figures import NAN
 from radt.analysis.runtree import configuration_label
+from radt.quantities import gpu_devices
 from radt.tags import (
     JOB_ROLE,
-    MLFLOW_PARENT_RUN_ID,
     NODE_ROLE,
     RADT_GROUP_ROLE,
     RADT_JOB,
@@ -38,6 +42,8 @@ from radt.tags import (
     RADT_WINDOW_END_S,
     RADT_WINDOW_NOTE,
     RADT_WINDOW_START_S,
+    RunKind,
+    run_kind,
     tag_filter,
 )
 
@@ -81,10 +87,38 @@ class NodeSamples:
     """``(listener, gpu, quantity) → (seconds, values)``, as ``device_series`` gives them."""
     rapl: Mapping = field(default_factory=dict)
     """``rapl/<zone>/<quantity> → (seconds, values)``."""
+    keys: Sequence[str] = ()
+    """The node's other recorded keys (its MLflow ``system/`` metrics): its MIG devices'."""
+
+    @property
+    def gpus(self) -> list[str]:
+        """The node's GPUs (:func:`radt.quantities.gpu_devices`): what its GPU listeners
+        recorded, one per GPU or MIG device; empty without a GPU listener."""
+        return gpu_devices([*("/".join(key) for key in self.series), *self.keys])
 
 
-def _gpus(series: Mapping) -> int:
-    return len({gpu for (_, gpu, _) in series})
+def recorded_keys(run) -> list[str]:
+    """The sample keys an MLflow run recorded, from its ``system/<key>`` metrics."""
+    from radt.record.decimate import MLFLOW_PREFIX
+
+    return [k[len(MLFLOW_PREFIX) :] for k in run.data.metrics if k.startswith(MLFLOW_PREFIX)]
+
+
+def per_gpu_rate(run) -> tuple[float, str | None]:
+    """A finished run's examples/s per GPU and, when it has none, why: a job run's
+    ``radt/examples_per_s_per_gpu``; a lone run's ``radt/examples_per_s`` over the GPUs its
+    GPU listeners recorded (:func:`radt.quantities.gpu_devices` of its keys)."""
+    metrics = run.data.metrics
+    if run.data.tags.get(RADT_GROUP_ROLE) == JOB_ROLE:
+        rate = metrics.get("radt/examples_per_s_per_gpu", NAN)
+        return rate, None if math.isfinite(rate) else "no examples/s per GPU"
+    gpus = gpu_devices(recorded_keys(run))
+    rate = metrics.get("radt/examples_per_s", NAN)
+    if not gpus:
+        return NAN, "no GPU listener recorded"
+    if not math.isfinite(rate):
+        return NAN, "no examples/s"
+    return rate / len(gpus), None
 
 
 def job_figures(nodes: Sequence[NodeSamples]) -> tuple[dict[str, float], float, float, str | None]:
@@ -97,28 +131,38 @@ def job_figures(nodes: Sequence[NodeSamples]) -> tuple[dict[str, float], float, 
 
     figures = dict.fromkeys(JOB_FIGURES, NAN)
     figures["nodes"] = float(len(nodes))
-    figures["gpus"] = float(sum(_gpus(n.series) for n in nodes))
+    gpuless = sorted(n.name for n in nodes if not n.gpus)
+    if nodes and not gpuless:
+        figures["gpus"] = float(sum(len(n.gpus) for n in nodes))
+    notes = []
+    if gpuless:
+        notes.append(
+            f"no GPU listener recorded on node {', '.join(gpuless)}: "
+            "gpus, energy_j and the per-GPU figures (examples_per_s_per_gpu, "
+            "scaling_efficiency) missing"
+        )
     totals = [float(n.timeline.counter.max()) if len(n.timeline.counter) else NAN for n in nodes]
     figures["examples_total"] = sum(totals) if nodes else NAN
     windows = [client_window(n.timeline) for n in nodes]
     if not nodes or not all(w.valid and w.basis == "examples" for w in windows):
         missing = [n.name for n, w in zip(nodes, windows, strict=True) if not w.valid]
-        return figures, NAN, NAN, f"node {', '.join(missing) or '?'} has no window with examples"
+        notes.insert(0, f"node {', '.join(missing) or '?'} has no window with examples")
+        return figures, NAN, NAN, "; ".join(notes)
     start = max(w.start_s for w in windows)
     end = min(w.end_s for w in windows)
     if end <= start:
-        return figures, start, end, "the nodes never trained at the same time: no job window"
+        notes.insert(0, "the nodes never trained at the same time: no job window")
+        return figures, start, end, "; ".join(notes)
     seconds = end - start
     examples = sum(counter_increase(*n.timeline.counter_points(), start, end) for n in nodes)
     figures["window_s"] = seconds
     figures["examples"] = examples
-    notes = []
     if examples > 0:
         figures["examples_per_s"] = examples / seconds
         figures["time_per_example_ns"] = seconds * 1e9 / examples
         if figures["gpus"] > 0:
             figures["examples_per_s_per_gpu"] = examples / seconds / figures["gpus"]
-    if figures["gpus"] > 0:
+    if not gpuless:
         energies = [energy_between(n.series, start, end) for n in nodes if n.series]
         if len(energies) < len(nodes):
             notes.append("a node recorded no GPU series: GPU energy missing")
@@ -158,14 +202,16 @@ def _node_samples(client, run) -> NodeSamples:
     rapl = extra_series(pa.concat_tables(pieces) if pieces else None)
     rapl = {k: v for k, v in rapl.items() if k.startswith("rapl/")}
     name = run.data.tags.get(RADT_NODE, run.info.run_name)
-    return NodeSamples(name, timeline, series, rapl)
+    return NodeSamples(name, timeline, series, rapl, recorded_keys(run))
 
 
-def _baseline(client, job, nodes: int):
-    """The latest FINISHED job run or lone run of the same ``radt.job`` on fewer nodes."""
+def _baseline(client, job, nodes: int) -> tuple[object | None, float, str | None]:
+    """The latest FINISHED job run or lone run (1 node) of the same ``radt.job`` on fewer
+    nodes that has an examples/s per GPU (:func:`per_gpu_rate`): ``(run, its rate, None)``,
+    else ``(None, NaN, why)``."""
     name = job.data.tags.get(RADT_JOB)
     if not name:
-        return None
+        return None, NAN, "the job run has no radt.job tag: no baseline"
     runs = client.search_runs(
         [job.info.experiment_id],
         filter_string=f"{tag_filter(RADT_JOB, name)} and attributes.status = 'FINISHED'",
@@ -174,14 +220,22 @@ def _baseline(client, job, nodes: int):
     for run in runs:
         tags = run.data.tags
         role = tags.get(RADT_GROUP_ROLE)
-        if role == NODE_ROLE or run.info.run_id == job.info.run_id:
+        if run.info.run_id == job.info.run_id:
             continue
-        if role is None and tags.get(MLFLOW_PARENT_RUN_ID):
+        if role != JOB_ROLE and (role is not None or run_kind(tags) != RunKind.LONE):
             continue
         used = int(run.data.metrics.get("radt/nodes", 1))
-        if used < nodes and math.isfinite(run.data.metrics.get("radt/examples_per_s_per_gpu", NAN)):
-            return run
-    return None
+        rate, _ = per_gpu_rate(run)
+        if used < nodes and math.isfinite(rate):
+            return run, rate, None
+    return (
+        None,
+        NAN,
+        (
+            f"no FINISHED job run or lone run of Job {name!r} on fewer nodes "
+            "with examples/s per GPU: no baseline"
+        ),
+    )
 
 
 def store_job_figures(client, job_run_id: str, node_runs: Sequence) -> dict[str, float]:
@@ -192,11 +246,11 @@ def store_job_figures(client, job_run_id: str, node_runs: Sequence) -> dict[str,
     figures, start, end, note = job_figures(samples)
     job = client.get_run(job_run_id)
     tags = {}
-    baseline = _baseline(client, job, len(samples))
-    if baseline is not None:
-        figures["scaling_efficiency"] = scaling_efficiency(
-            figures["examples_per_s_per_gpu"], baseline.data.metrics["radt/examples_per_s_per_gpu"]
-        )
+    baseline, rate, why = _baseline(client, job, len(samples))
+    if baseline is None:
+        note = "; ".join(filter(None, [note, f"scaling_efficiency missing: {why}"]))
+    else:
+        figures["scaling_efficiency"] = scaling_efficiency(figures["examples_per_s_per_gpu"], rate)
         used = int(baseline.data.metrics.get("radt/nodes", 1))
         tags[BASELINE_TAG] = f"{baseline.info.run_id} ({used} node{'s' * (used != 1)})"
     if math.isfinite(start) and math.isfinite(end):

@@ -33,7 +33,12 @@ def export_parser() -> argparse.ArgumentParser:
         "phase summary (one row per run and phase, as radt.phases) to a CSV or Parquet file.",
     )
     parser.add_argument("-e", "--experiment", help="experiment name or id")
-    parser.add_argument("--runs", nargs="+", metavar="ID", help="run ids (with their workload)")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        metavar="ID",
+        help="run ids (with their workload; a job run with its node runs)",
+    )
     parser.add_argument(
         "--keys",
         nargs="+",

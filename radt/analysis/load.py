@@ -39,8 +39,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from radt.errors import AnalysisError
 from radt.tags import (
+    JOB_ROLE,
     MLFLOW_PARENT_RUN_ID,
     RADT_COLLOCATION,
+    RADT_GROUP_ROLE,
     RADT_LETTER,
     RADT_MIG_PROFILE,
     RADT_MPS_THREAD_PCT,
@@ -48,6 +50,7 @@ from radt.tags import (
     RADT_PROBE,
     RADT_STUDY_FILE,
     RADT_WORKLOAD,
+    tag_filter,
 )
 
 if TYPE_CHECKING:
@@ -174,9 +177,10 @@ def select_runs(
 ) -> list:
     """The MLflow runs that ``experiment`` and ``runs`` select, oldest first.
 
-    With both, the runs must belong to the experiment. With ``include_workload``,
-    the workload (parent) run of each selected run is added: the device-wide
-    series (power, energy) of a workload are recorded in its parent run.
+    With both, the runs must belong to the experiment. A selected job run of a distributed
+    training comes with its node runs (:func:`with_nodes`): they hold its samples. With
+    ``include_workload``, the workload (parent) run of each selected run is added: the
+    device-wide series (power, energy) of a workload are recorded in its parent run.
     """
     if experiment is None and runs is None:
         raise AnalysisError("name an experiment (experiment=, -e) or runs (runs=, --runs)")
@@ -192,6 +196,7 @@ def select_runs(
                 f"run {outside[0]} is not in experiment {exp.name!r}; "
                 "leave out -e/experiment= or choose runs of that experiment"
             )
+    chosen = with_nodes(client, chosen)
     if include_workload:
         have = {r.info.run_id for r in chosen}
         for run in list(chosen):
@@ -203,6 +208,24 @@ def select_runs(
                         chosen.append(found)
                     have.add(parent)
     return sorted(chosen, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+
+
+def with_nodes(client, runs: Sequence) -> list:
+    """``runs`` and, after each job run of a distributed training among them, its node runs
+    (the runs that name it their parent), each once: a job run holds only its figures,
+    its nodes the samples. A node run brings no other node (its job is its workload, added by
+    :func:`select_runs`). The one expansion of a job that ``radt.load``, ``radt export`` and
+    the UI share."""
+    found = list(runs)
+    have = {r.info.run_id for r in found}
+    for job in [r for r in runs if r.data.tags.get(RADT_GROUP_ROLE) == JOB_ROLE]:
+        for node in search_all(
+            client, [job.info.experiment_id], tag_filter(MLFLOW_PARENT_RUN_ID, job.info.run_id)
+        ):
+            if node.info.run_id not in have:
+                found.append(node)
+                have.add(node.info.run_id)
+    return found
 
 
 def grouping(run) -> bool:
@@ -775,7 +798,8 @@ def load(
 
     Args:
         experiment: experiment name or id; all its active runs unless ``runs`` narrows them.
-        runs: run ids. With ``include_workload`` (default) the workload (parent)
+        runs: run ids; a distributed training's job run brings its node runs, which hold
+            its samples. With ``include_workload`` (default) the workload (parent)
             run of each is loaded too, since a workload's device-wide series
             (power, energy, utilisation) are recorded in its parent run.
         keys: exact keys (``nvml/gpu0/power_w``) and shell-style patterns

@@ -2,10 +2,11 @@
 
 ``Trainer(..., callbacks=[RadtCallback()])`` (``radt --autolog`` adds it by itself). Each
 process counts every training batch it finishes (its size: the first dimension of its first
-tensor, as ``--autolog`` reads it), marks each training epoch, and times the phases ``forward``
-(batch start to backward), ``backward`` and ``optimizer`` (the optimizer step to the batch's
-end). Its counts replace ``--autolog``'s; the script's own ``radt.log_examples`` calls replace
-its.
+tensor, as ``--autolog`` reads it; so an epoch's last, smaller batch counts what it holds, and
+with ``accumulate_grad_batches`` every accumulated batch counts), marks each training epoch,
+and times the phases ``forward`` (batch start to backward), ``backward`` and ``optimizer``
+(the optimizer step to the batch's end). Its counts replace ``--autolog``'s; the script's own
+``radt.log_examples`` calls replace its.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class RadtCallback(PhaseSteps, Callback):
     """Reports the Trainer's examples, epochs and phases to radT (nothing without radT)."""
 
     def __init__(self) -> None:
+        self.counted = 0
+        """The examples this process counted."""
         self._phase: run_api.phase | None = None
         self._unreadable_said = False
 
@@ -68,6 +71,7 @@ class RadtCallback(PhaseSteps, Callback):
                 )
             return
         run_api.count_examples(size, CALLBACK)
+        self.counted += size
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         """Mark the training epoch just finished."""

@@ -239,7 +239,8 @@ def runs_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radt runs",
         description="Without -e: list the experiments. With -e: a table of its workloads and "
-        "runs with their configuration, window, examples/s, time and energy per example, "
+        "runs with their configuration, the params that differ between the runs (a study's "
+        "swept ones), window, examples/s, time and energy per example, "
         "slowdown and the basis of those figures (docs/analysis.md).",
     )
     parser.add_argument("-e", "--experiment", help="experiment name or id")
@@ -292,7 +293,8 @@ def runs_table(frame: pd.DataFrame) -> str:
 
     Figures are over each row's window; ``basis`` says which (docs/analysis.md). The figure
     columns are those of :data:`radt.analysis.catalog.CATALOG` with a ``runs`` header, an
-    optional one only when a row has it.
+    optional one only when a row has it; before them, the params that differ between the runs
+    (:func:`swept_params`).
     """
     import pandas as pd
 

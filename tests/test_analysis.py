@@ -629,6 +629,74 @@ def test_runs_table(store, tmp_path, capsys):
     assert "study" in capsys.readouterr().out
 
 
+def test_runs_table_shows_the_swept_params_as_columns_and_leaves_constant_ones_out(
+    store, tmp_path, capsys
+):
+    """A study's workloads of runs whose batch size and learning rate differ (its epochs and data
+    folder do not): one column per swept param, between the workload and the figures; a
+    workload's row shows what its runs share, blank where they differ."""
+    client, uri = store
+    exp = experiment(client, "swept")
+    ids = {}
+
+    def workload(name, start, mode, clients):
+        tags = {"radt.workload": name, "radt.collocation": mode, "radt.power_limit_w": "-"}
+        points = steady("nvml/gpu0/power_w", 100.0, start, start + 10.0)
+        parent = make_run(
+            client, exp, tmp_path, points, name=name, start=start, end=start + 10.0, tags=tags
+        )
+        for letter, (batch, lr) in zip("AB", clients, strict=False):
+            command = f"job.py --epochs 3 --data 'my data' --batch-size {batch} --lr {lr}"
+            ids[f"{name}-{letter}"] = make_run(
+                client,
+                exp,
+                tmp_path,
+                steady("top/proc/rss_mib", 100.0, start + 0.5, start + 9.5),
+                name=f"{name}-{letter}",
+                start=start + 0.5,
+                end=start + 9.5,
+                examples=1000,
+                tags={**tags, "radt.letter": letter, "radt.command": command},
+                params={
+                    "epochs": "3",
+                    "data": "my data",
+                    "batch-size": str(batch),
+                    "lr": str(lr),
+                    "radt.command": command,
+                },
+                parent=parent,
+            )
+
+    workload("001-none", 0.0, "none", [(64, 0.005)])
+    workload("002-naive", 20.0, "naive", [(64, 0.01), (64, 0.01)])
+    workload("003-naive", 40.0, "naive", [(128, 0.005), (128, 0.01)])
+    assert run_runs(["-e", "swept", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:7] == [
+        "name",
+        "status",
+        "configuration",
+        "workload",
+        "batch-size",
+        "lr",
+        "duration",
+    ]
+    at, to = out[0].index("batch-size"), out[0].index("duration")
+
+    def params(name):
+        line = next(line for line in out if line.strip().startswith(name))
+        return line[at:to].split()
+
+    assert params("001-none ") == ["64", "0.005"]
+    assert params("A: 001-none-A") == ["64", "0.005"]
+    assert params("002-naive ") == ["64", "0.01"]
+    assert params("A: 002-naive-A") == params("B: 002-naive-B") == ["64", "0.01"]
+    assert params("003-naive ") == ["128"]  # its runs' learning rates differ: blank
+    assert params("A: 003-naive-A") == ["128", "0.005"]
+    assert params("B: 003-naive-B") == ["128", "0.01"]
+    assert "epochs" not in out[0] and "data" not in out[0] and "my data" not in "\n".join(out)
+
+
 # --------------------------------------------------------------------------- end to end
 
 SCRIPT = """

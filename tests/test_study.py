@@ -558,6 +558,36 @@ batch_size: {search: max, min: 1, max: 64}
 """
 
 
+@pytest.mark.slow
+def test_radt_runs_of_a_study_has_a_column_per_swept_param_and_none_for_constant_ones(
+    tmp_path, template_db
+):
+    ws, _gpu, _path = study_ws(
+        tmp_path,
+        template_db,
+        "experiment: swept\nfile: job.py\ndevices: 0\nlisteners: none\nmethod: grid\n"
+        "parameters:\n  lr:\n    values: [0.1, 0.2]\n  batch-size:\n    values: [8]\n"
+        "collocation: [none]\n",
+        mig=False,
+    )
+    done = ws.run(["study.yaml"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    listed = ws.run(["runs", "-e", "swept"])
+    assert listed.returncode == 0, listed.stderr
+    head, *lines = listed.stdout.splitlines()
+    assert head.split()[:5] == ["name", "status", "configuration", "workload", "lr"]
+    assert "batch-size" not in head
+    at = head.index("lr")
+    lr = {line.split()[0].strip(":"): line[at:].split()[0] for line in lines}
+    workloads = sorted(name for name in lr if name != "A")
+    assert len(lines) == 4 and len(workloads) == 2  # 2 workloads, each with its run A
+    assert [lr[name] for name in workloads] == ["0.1", "0.2"]
+    assert sorted(line[at:].split()[0] for line in lines if line.startswith("  A:")) == [
+        "0.1",
+        "0.2",
+    ]
+
+
 def probes(ws) -> list[dict]:
     """The probes that ran to their end."""
     return [j for j in jobs_log(ws) if j["probe"]]

@@ -239,7 +239,8 @@ def runs_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="radt runs",
         description="Without -e: list the experiments. With -e: a table of its workloads and "
-        "runs with their configuration, window, examples/s, time and energy per example, "
+        "runs with their configuration, the params that differ between the runs (a study's "
+        "swept ones), window, examples/s, time and energy per example, "
         "slowdown and the basis of those figures (docs/analysis.md).",
     )
     parser.add_argument("-e", "--experiment", help="experiment name or id")
@@ -292,7 +293,8 @@ def runs_table(frame: pd.DataFrame) -> str:
 
     Figures are over each row's window; ``basis`` says which (docs/analysis.md). The figure
     columns are those of :data:`radt.analysis.catalog.CATALOG` with a ``runs`` header, an
-    optional one only when a row has it.
+    optional one only when a row has it; before them, the params that differ between the runs
+    (:func:`swept_params`).
     """
     import pandas as pd
 
@@ -314,17 +316,19 @@ def runs_table(frame: pd.DataFrame) -> str:
             )
         )
     ]
+    swept, values = swept_params(frame)
     header = [
         "name",
         "status",
         "configuration",
         "workload",
+        *swept,
         *(figure.runs for figure in shown),
         "basis",
         "run id",
     ]
     rows = []
-    for row in frame.itertuples(index=False):
+    for row, params in zip(frame.itertuples(index=False), values, strict=True):
         name = str(row.run_name or "-")
         if row.level in ("client", "loader"):
             name = f"  {row.letter or '-'}: {name}"
@@ -334,17 +338,62 @@ def runs_table(frame: pd.DataFrame) -> str:
                 str(row.status or "-"),
                 _text(row.configuration),
                 _text(row.workload),
+                *(params.get(key, "" if row.level == "provider" else "-") for key in swept),
                 *(_runs_cell(row, figure.name, figure.runs_show) for figure in shown),
                 str(row.basis or "-"),
                 str(row.run_id),
             ]
         )
-    right = set(range(4, 4 + len(shown)))
+    right = set(range(4 + len(swept), 4 + len(swept) + len(shown)))
     if frame["slurm_job_id"].notna().any():  # runs of Slurm jobs: their job, last
         header.append("slurm job")
         for row, job in zip(rows, frame["slurm_job_id"], strict=True):
             row.append(str(job) if pd.notna(job) else "-")
     return _table(header, rows, right)
+
+
+def _param_pairs(text) -> dict[str, str]:
+    """``batch-size=8 lr=0.1`` (a summary's ``params``) → ``{"batch-size": "8", "lr": "0.1"}``;
+    a word without ``=`` belongs to the value before it (a value with a space)."""
+    from radt.analysis.runtree import _present
+
+    pairs: dict[str, str] = {}
+    key = None
+    for word in str(text).split(" ") if _present(text) else []:
+        name, sep, value = word.partition("=")
+        if sep and name:
+            key = name
+            pairs[key] = value
+        elif key is not None:
+            pairs[key] += f" {word}"
+    return pairs
+
+
+def swept_params(frame: pd.DataFrame) -> tuple[list[str], list[dict[str, str]]]:
+    """The params whose value differs between the runs of ``frame`` (a study's swept ones,
+    sorted by name) and each row's params; a workload's row has what its runs share.
+
+    Runs without params (a shared loader) do not count; a param some runs lack differs."""
+    runs = [_param_pairs(text) for text in frame["params"]]
+    with_params = [pairs for pairs in runs if pairs]
+    keys = sorted({key for pairs in with_params for key in pairs})
+    swept = [key for key in keys if len({pairs.get(key) for pairs in with_params}) > 1]
+    by_parent: dict[str, list[dict[str, str]]] = {}
+    for pairs, parent in zip(runs, frame["parent_run_id"], strict=True):
+        if pairs and isinstance(parent, str):
+            by_parent.setdefault(parent, []).append(pairs)
+    values = []
+    for pairs, level, run_id in zip(runs, frame["level"], frame["run_id"], strict=True):
+        if level == "provider":
+            kids = by_parent.get(run_id, [])
+            shared = kids[0] if kids else {}
+            pairs = {
+                key: shared[key]
+                for key in swept
+                if key in shared and all(kid.get(key) == shared[key] for kid in kids)
+            }
+        values.append(pairs)
+    return swept, values
 
 
 def _runs_cell(row, name: str, show: str) -> str:

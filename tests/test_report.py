@@ -283,7 +283,7 @@ def test_one_agreed_value_is_stated_once_and_a_missing_one_is_not_recorded():
     from radt.analysis.report import memory_words, tally
 
     assert tally(["2.3.1", "2.3.1"]) == "2.3.1"
-    assert tally([None, ""]) == tally([]) == "not recorded"
+    assert tally([None, "", float("nan")]) == tally([]) == "not recorded"
     assert tally(["a", "b", "b", None]) == "b (2 runs), a (1 run), not recorded (1 run)"
     assert memory_words("81559, 81559") == "2 × 81559 MiB (79.6 GiB)"  # 81559 / 1024
     assert memory_words("40960, 81920") == "40960 MiB (40.0 GiB), 81920 MiB (80.0 GiB)"

@@ -246,7 +246,10 @@ NOT_INSTALLED = "not installed"
 def tally(values: Iterable[str | None]) -> str:
     """One value when every run agrees; else each distinct value with how many runs have it,
     the commonest first (a run without one: ``not recorded``, last)."""
-    counts = Counter(NOT_RECORDED if value in (None, "") else value for value in values)
+    counts = Counter(
+        NOT_RECORDED if value is None or _nat(value) or value == "" else str(value)
+        for value in values
+    )
     if len(counts) <= 1:
         return next(iter(counts), NOT_RECORDED)
     ranked = sorted(counts.items(), key=lambda item: (item[0] == NOT_RECORDED, -item[1]))

@@ -51,6 +51,12 @@ RADT_RAM_GIB = "radt.ram_gib"
 RADT_GPUS = "radt.gpus"
 RADT_GPU_DRIVER = "radt.gpu_driver"
 RADT_CUDA_VERSION = "radt.cuda_version"
+RADT_GPU_MEMORY_MIB = "radt.gpu_memory_mib"
+"""Each GPU's total memory in MiB (``nvidia-smi -q``'s FB Memory Total), in :data:`RADT_GPUS`'
+order, comma-separated."""
+RADT_LIBRARIES = "radt.libraries"
+"""``name==version`` of the study's libraries that are installed
+(:data:`radt.launch.environment.STUDY_LIBRARIES`), space-separated; ``none`` if none is."""
 
 # Plans, workloads and studies
 RADT_PLAN = "radt.plan"

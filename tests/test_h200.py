@@ -116,6 +116,7 @@ def test_environment_facts_from_q():
         "radt.gpu_driver": "580.159.04",
         "radt.cuda_version": "13.0",
         "radt.gpus": "NVIDIA H200",
+        "radt.gpu_memory_mib": "143771",  # FB Memory Usage / Total : 143771 MiB
     }
 
 

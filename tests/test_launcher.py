@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import signal
 import socket
@@ -104,6 +105,7 @@ def test_run_has_params_script_metrics_listener_series_and_artifacts(workspace, 
     assert "pip-freeze.txt" in [
         a.path.split("/")[-1] for a in client.list_artifacts(run_id, "radt/environment")
     ]
+    assert f"mlflow=={importlib.metadata.version('mlflow')}" in run.data.tags["radt.libraries"]
     # Every sample is in the samples artifact: the counter has no gaps.
     table = samples(client, run_id, tmp_path)
     assert list(table.columns) == ["timestamp", "key", "value", "listener", "entity"]
@@ -369,6 +371,7 @@ def test_nvidia_smi_q_is_recorded_when_the_tool_exists(workspace, tmp_path):
     assert "Driver Version" in text
     assert run.data.tags["radt.gpu_driver"]
     assert "radt.gpus" in run.data.tags
+    assert run.data.tags["radt.gpu_memory_mib"] == "40960"  # the stand-in A100-SXM4-40GB's
 
 
 def test_listeners_command_explains_availability(workspace):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import html
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from test_windows import COMMAND, Study, gpu, recorded_store, script
 from radt.analysis.findings import Objective
 from radt.analysis.report import report, run_report
 from radt.errors import RadtError, UsageError
+from radt.launch.environment import ENV_FOLDER, gpu_facts, library_versions
 
 ALONE = (240.0, 250.0, 260.0)
 CAPPED = (246.0, 251.0, 256.0)
@@ -44,6 +47,15 @@ T_BASE = mean([1 / r for r in ALONE])  # s per example
 E_BASE = mean([P_ALONE / r for r in ALONE])  # J per example
 
 
+FAKE_SMI = Path(__file__).parent / "fakes" / "nvidia-smi"
+PYTHON = {"radt.python": "3.11.9"}
+# the 14 runs that ran a command: alone and capped record the GPU (the stand-in A100, whose
+# `nvidia-smi -q` says FB Memory Total 40960 MiB) and libraries as tags; the failed run predates
+# those tags (its artifacts hold them); the 6 pair runs and the quiet run record none.
+TORCH_231 = {"radt.libraries": "torch==2.3.1 mlflow==2.14.1"}
+TORCH_240 = {"radt.libraries": "torch==2.4.0 mlflow==2.14.1"}
+
+
 def lone(s, name, rate, watts, **tags):
     return s.lone(
         name,
@@ -59,11 +71,25 @@ def study(tmp_path_factory, template_db):
     with recorded_store(tmp_path_factory, template_db, "report") as (client, uri):
         s = Study(client, uri, experiment="sharing-study")
         client.set_experiment_tag(s.exp, "mlflow.note.content", "Is naive sharing worth it?")
+        smi_q = subprocess.run(
+            [sys.executable, str(FAKE_SMI), "-q"], capture_output=True, text=True, check=True
+        ).stdout
+        machine = {**gpu_facts(smi_q), **PYTHON}
         ids = {"alone": [], "capped": [], "pair": []}
         for i, rate in enumerate(ALONE):
-            ids["alone"].append(lone(s, f"alone-{i}", rate, P_ALONE))
+            ids["alone"].append(lone(s, f"alone-{i}", rate, P_ALONE, **machine, **TORCH_231))
         for i, rate in enumerate(CAPPED):
-            ids["capped"].append(lone(s, f"capped-{i}", rate, P_CAPPED, radt__power_limit_w="150"))
+            ids["capped"].append(
+                lone(
+                    s,
+                    f"capped-{i}",
+                    rate,
+                    P_CAPPED,
+                    radt__power_limit_w="150",
+                    **machine,
+                    **TORCH_240,
+                )
+            )
         for i, rate in enumerate(PAIR):
             pair, _ = s.workload(
                 f"pair-{i}",
@@ -78,8 +104,12 @@ def study(tmp_path_factory, template_db):
         failed = s.run(
             "crashed",
             gpu(0.2, 5.0, P_ALONE, 0.0),
-            s.tags((0.0, 5.0), radt__collocation="none", radt__command=COMMAND),
+            s.tags((0.0, 5.0), radt__collocation="none", radt__command=COMMAND, **PYTHON),
         )
+        env = tmp_path_factory.mktemp("environment")
+        (env / "nvidia-smi-q.txt").write_text(smi_q)
+        (env / "pip-freeze.txt").write_text("mlflow==2.14.1\nnumpy==1.26.4\ntorch==2.3.1\n")
+        client.log_artifacts(failed.run_id, str(env), ENV_FOLDER)
         ids["failed"] = s.close(failed, 5.0, status="FAILED")
         ids["quiet"] = s.lone(
             "no-gpu",
@@ -225,6 +255,42 @@ def test_failed_runs_and_missing_figures_are_named_with_their_reason(made, study
     assert "missing figures" in plan.loc[("energy", "other.py"), "sentence"]
     assert not any(ids["failed"] in r for r in made.findings["run_ids"])
     assert made.study["runs"] == 17 and made.study["repeats"] == "1–3"
+
+
+def test_the_study_states_gpu_memory_and_library_versions_with_their_run_counts(made, study):
+    _, _, ids = study
+    facts = made.study
+    # 7 runs record the stand-in A100 (6 as tags, the failed run in its artifacts), 7 nothing
+    assert facts["gpus"] == "NVIDIA A100-SXM4-40GB (7 runs), not recorded (7 runs)"
+    assert facts["gpu_memory"] == "40960 MiB (40.0 GiB) (7 runs), not recorded (7 runs)"
+    assert facts["driver"] == "535.129.03 (7 runs), not recorded (7 runs)"
+    assert facts["cuda"] == "12.2 (7 runs), not recorded (7 runs)"
+    assert facts["python"] == "3.11.9 (7 runs), not recorded (7 runs)"
+    assert facts["mig_profiles"] == "no MIG run"
+    # alone 3 + the failed run's pip freeze: 2.3.1; capped 3: 2.4.0; transformers & co: none
+    assert facts["libraries"] == {
+        "torch": "2.3.1 (4 runs), 2.4.0 (3 runs), not recorded (7 runs)",
+        "mlflow": "2.14.1 (7 runs), not recorded (7 runs)",
+    }
+    assert any(ids["failed"] in note and ENV_FOLDER in note for note in made.notes)
+    page = html.unescape(made.html)
+    assert "<th>GPU memory</th><td>40960 MiB (40.0 GiB) (7 runs)" in page
+    assert "<th>torch</th><td>2.3.1 (4 runs), 2.4.0 (3 runs), not recorded (7 runs)" in page
+    assert "transformers" not in page
+
+
+def test_one_agreed_value_is_stated_once_and_a_missing_one_is_not_recorded():
+    from radt.analysis.report import memory_words, tally
+
+    assert tally(["2.3.1", "2.3.1"]) == "2.3.1"
+    assert tally([None, "", float("nan")]) == tally([]) == "not recorded"
+    assert tally(["a", "b", "b", None]) == "b (2 runs), a (1 run), not recorded (1 run)"
+    assert memory_words("81559, 81559") == "2 × 81559 MiB (79.6 GiB)"  # 81559 / 1024
+    assert memory_words("40960, 81920") == "40960 MiB (40.0 GiB), 81920 MiB (80.0 GiB)"
+    assert memory_words(None) is None
+    pins = "numpy==1.26.4\nPyTorch_Lightning==2.2.0\ntorch==2.3.1+cu121\n"
+    assert library_versions(pins) == "torch==2.3.1+cu121 pytorch-lightning==2.2.0"
+    assert library_versions("numpy==1.26.4\n") == "none"
 
 
 def test_links_go_to_the_ui_when_its_address_is_given(study):

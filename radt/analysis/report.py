@@ -14,6 +14,8 @@ from __future__ import annotations
 import html as _html
 import logging
 import math
+import tempfile
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +31,26 @@ from radt.analysis.findings import (
     what_to_run,
 )
 from radt.errors import RadtError, UsageError
+from radt.launch.environment import (
+    ENV_FOLDER,
+    PIP_FREEZE,
+    SMI_Q,
+    STUDY_LIBRARIES,
+    gpu_facts,
+    library_versions,
+)
 from radt.tags import (
     RADT_CUDA_VERSION,
     RADT_GPU_DRIVER,
+    RADT_GPU_MEMORY_MIB,
     RADT_GPUS,
+    RADT_LIBRARIES,
     RADT_NOTE,
     RADT_PYTHON,
     RADT_STOP_REASON,
     RADT_VERSION,
+    RunKind,
+    RunTree,
 )
 
 if TYPE_CHECKING:
@@ -179,7 +193,7 @@ def report(
     plan = what_to_run(table, goal)
     return Report(
         experiments=infos,
-        study=study_facts(frame, runs, table),
+        study=study_facts(frame, runs, table, client=client, notes=notes),
         summary=frame,
         repeats=table,
         frontier=front,
@@ -225,21 +239,129 @@ def _distinct(values) -> list:
     return out
 
 
-def study_facts(frame: pd.DataFrame, runs: Sequence, table: pd.DataFrame) -> dict:
-    """What the study is: its GPUs, versions, modes, power limits, clocks, repeats, Jobs,
-    commands, how many runs over what dates (from the summary frame and the runs' tags)."""
-    tags = [run.data.tags for run in runs]
+NOT_RECORDED = "not recorded"
+NOT_INSTALLED = "not installed"
+
+
+def tally(values: Iterable[str | None]) -> str:
+    """One value when every run agrees; else each distinct value with how many runs have it,
+    the commonest first (a run without one: ``not recorded``, last)."""
+    counts = Counter(
+        NOT_RECORDED if value is None or _nat(value) or value == "" else str(value)
+        for value in values
+    )
+    if len(counts) <= 1:
+        return next(iter(counts), NOT_RECORDED)
+    ranked = sorted(counts.items(), key=lambda item: (item[0] == NOT_RECORDED, -item[1]))
+    return ", ".join(f"{value} ({n} run{'' if n == 1 else 's'})" for value, n in ranked)
+
+
+def memory_words(tag: str | None) -> str | None:
+    """A :data:`RADT_GPU_MEMORY_MIB` value in words: ``40960 MiB (40.0 GiB)``, ``2 × …`` for
+    GPUs alike; None for a run without one."""
+    if not tag:
+        return None
+    each = [int(part) for part in tag.split(",") if part.strip().isdigit()]
+    if not each:
+        return None
+    words = [f"{mib} MiB ({mib / 1024:.1f} GiB)" for mib in each]
+    if len(set(each)) == 1 and len(each) > 1:
+        return f"{len(each)} × {words[0]}"
+    return ", ".join(words)
+
+
+def _libraries(tag: str | None) -> dict[str, str] | None:
+    if tag is None:
+        return None
+    pins = dict(pin.partition("==")[::2] for pin in tag.split() if "==" in pin)
+    return {name: pins.get(name, NOT_INSTALLED) for name in STUDY_LIBRARIES}
+
+
+def _environment_tags(runs: Sequence, client, notes: list[str]) -> list[dict]:
+    """The tags of the runs that ran a command (not workloads). The first run recorded by a
+    radT older than :data:`RADT_GPU_MEMORY_MIB` and :data:`RADT_LIBRARIES` has them filled in
+    from its environment artifacts: read once per report, never per run."""
+    tree = RunTree(runs)
+    ran = [run for run in runs if tree.kind(run) != RunKind.WORKLOAD]
+    tags = [dict(run.data.tags) for run in ran]
+    older = [
+        i
+        for i, t in enumerate(tags)
+        if RADT_PYTHON in t
+        and (RADT_LIBRARIES not in t or (RADT_GPUS in t and RADT_GPU_MEMORY_MIB not in t))
+    ]
+    if older and client is not None:
+        first = older[0]
+        read = _artifact_tags(client, ran[first].info.run_id)
+        tags[first] = {**read, **tags[first]}
+        if read:
+            rest = len(older) - 1
+            more = f"; {rest} more such run{'' if rest == 1 else 's'}: {NOT_RECORDED}"
+            notes.append(
+                f"GPU memory and library versions of run {ran[first].info.run_id} read from its "
+                f"artifacts ({ENV_FOLDER}), recorded before radT tagged them"
+                + (more if rest else "")
+            )
+    return tags
+
+
+def _artifact_tags(client, run_id: str) -> dict[str, str]:
+    """The GPU and library tags from a run's ``nvidia-smi -q`` and ``pip freeze`` artifacts
+    (those it has)."""
+    from mlflow.exceptions import MlflowException
+
+    readers = (
+        (SMI_Q, gpu_facts),
+        (PIP_FREEZE, lambda text: {RADT_LIBRARIES: library_versions(text)}),
+    )
+    found: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, read in readers:
+            try:
+                path = client.download_artifacts(run_id, f"{ENV_FOLDER}/{name}", scratch)
+                found.update(read(Path(path).read_text()))
+            except (MlflowException, OSError) as exc:
+                log.debug("no %s in run %s: %s", name, run_id, exc)
+    return found
+
+
+def study_facts(
+    frame: pd.DataFrame,
+    runs: Sequence,
+    table: pd.DataFrame,
+    *,
+    client=None,
+    notes: list[str] | None = None,
+) -> dict:
+    """What the study is: its GPUs (model, memory, driver, MIG profiles), radT's and the
+    libraries' versions, modes, power limits, clocks, repeats, Jobs, commands, how many runs
+    over what dates (from the summary frame and the runs' tags; ``client``: read one run's
+    environment artifacts where its tags predate GPU memory and library versions).
+
+    A GPU or version fact is one value when the runs that ran a command agree, else each
+    value with its count of runs (:func:`tally`); a run without it counts as not recorded.
+    """
+    tags = _environment_tags(runs, client, [] if notes is None else notes)
+    libraries = [_libraries(t.get(RADT_LIBRARIES)) for t in tags]
     powers = _distinct(frame["power_limit_w"])
     clocks = _distinct(frame["gpu_clock_mhz"])
     counts = table[table["view"] == "provider"]["count"].astype(int).tolist()
     start, end = frame["start"].min(), frame["end"].max()
+    mig = frame[frame["collocation"] == "mig"]
     return {
-        "gpus": _listing(_distinct(t.get(RADT_GPUS) for t in tags)),
-        "driver": _listing(_distinct(t.get(RADT_GPU_DRIVER) for t in tags)),
-        "cuda": _listing(_distinct(t.get(RADT_CUDA_VERSION) for t in tags)),
-        "mig_profiles": _listing(_distinct(frame["mig_profile"])),
-        "radt": _listing(_distinct(t.get(RADT_VERSION) for t in tags)),
-        "python": _listing(_distinct(t.get(RADT_PYTHON) for t in tags)),
+        "gpus": tally(t.get(RADT_GPUS) for t in tags),
+        "gpu_memory": tally(memory_words(t.get(RADT_GPU_MEMORY_MIB)) for t in tags),
+        "driver": tally(t.get(RADT_GPU_DRIVER) for t in tags),
+        "cuda": tally(t.get(RADT_CUDA_VERSION) for t in tags),
+        "mig_profiles": tally(mig["mig_profile"]) if len(mig) else "no MIG run",
+        "radt": tally(t.get(RADT_VERSION) for t in tags),
+        "python": tally(t.get(RADT_PYTHON) for t in tags),
+        "libraries": {
+            name: tally(None if got is None else got[name] for got in libraries)
+            for name in STUDY_LIBRARIES
+            if any(got and got[name] != NOT_INSTALLED for got in libraries)
+        },
+        "libraries_recorded": any(got is not None for got in libraries),
         "modes": _listing(_distinct(frame["collocation"])),
         "configurations": _listing(_distinct(frame["configuration"])),
         "power_limits": _listing(
@@ -545,10 +667,26 @@ def _study_items(rep: Report) -> list[tuple[str, str]]:
     )
     return [
         ("question", question),
-        ("GPUs", s["gpus"] or "-"),
-        ("driver / CUDA", f"{s['driver'] or '-'} / {s['cuda'] or '-'}"),
+        ("GPUs", s["gpus"]),
+        ("GPU memory", s["gpu_memory"]),
+        ("GPU driver", s["driver"]),
+        ("CUDA", s["cuda"]),
         ("MIG profiles", s["mig_profiles"]),
-        ("radT / Python", f"{s['radt'] or '-'} / {s['python'] or '-'}"),
+        ("radT", s["radt"]),
+        ("Python", s["python"]),
+        *((name, versions) for name, versions in s["libraries"].items()),
+        *(
+            []
+            if s["libraries"]
+            else [
+                (
+                    "libraries",
+                    f"none of {_listing(STUDY_LIBRARIES)} installed"
+                    if s["libraries_recorded"]
+                    else NOT_RECORDED,
+                )
+            ]
+        ),
         ("modes", s["modes"]),
         ("configurations", s["configurations"]),
         ("power limits", s["power_limits"]),

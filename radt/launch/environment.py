@@ -21,8 +21,10 @@ from radt.tags import (
     RADT_CPU_PHYSICAL_CORES,
     RADT_CUDA_VERSION,
     RADT_GPU_DRIVER,
+    RADT_GPU_MEMORY_MIB,
     RADT_GPUS,
     RADT_HOST,
+    RADT_LIBRARIES,
     RADT_PLATFORM,
     RADT_PYTHON,
     RADT_RAM_GIB,
@@ -34,6 +36,17 @@ SECRET_NAME = re.compile(
     re.IGNORECASE,
 )
 ENV_FOLDER = "radt/environment"
+PIP_FREEZE = "pip-freeze.txt"
+SMI_Q = "nvidia-smi-q.txt"
+STUDY_LIBRARIES = (
+    "torch",
+    "mlflow",
+    "transformers",
+    "lightning",
+    "pytorch-lightning",
+    "tensorsocket",
+)
+"""The libraries whose versions a study's report states (tag :data:`RADT_LIBRARIES`)."""
 
 
 def filtered_environ(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -80,18 +93,39 @@ def installed_packages() -> str:
     return "\n".join(sorted(pins, key=str.lower)) + "\n"
 
 
+def library_versions(pins: str) -> str:
+    """The :data:`RADT_LIBRARIES` value from ``pip freeze`` text: ``name==version`` of each of
+    :data:`STUDY_LIBRARIES` installed, in that order, space-separated; ``none`` if none is."""
+    found: dict[str, str] = {}
+    for line in pins.splitlines():
+        name, sep, version = line.strip().partition("==")
+        name = re.sub(r"[-_.]+", "-", name).lower()
+        if sep and name in STUDY_LIBRARIES:
+            found[name] = version.strip()
+    listed = [f"{name}=={found[name]}" for name in STUDY_LIBRARIES if name in found]
+    return " ".join(listed) or "none"
+
+
 def gpu_facts(smi_q: str) -> dict[str, str]:
-    """Driver, CUDA version and GPU names from ``nvidia-smi -q`` text.
+    """Driver, CUDA version, GPU names and their total memory from ``nvidia-smi -q`` text.
 
     A placeholder (``CUDA Version : Not Found`` on a vGPU host, ``N/A``) gives no tag.
     """
     facts: dict[str, str] = {}
     names: list[str] = []
+    memory_mib: list[str] = []
+    section = ""
     for line in smi_q.splitlines():
-        label, _, text = line.partition(":")
+        label, colon, text = line.partition(":")
         label, value = label.strip(), value_or_none(text)
+        if not colon:
+            section = label
         if value is None:
             continue
+        if section == "FB Memory Usage" and label == "Total":
+            total = re.match(r"(\d+)\s*MiB$", value)
+            if total:
+                memory_mib.append(total.group(1))
         if label == "Driver Version":
             facts[RADT_GPU_DRIVER] = value
         elif label == "CUDA Version":
@@ -100,6 +134,8 @@ def gpu_facts(smi_q: str) -> dict[str, str]:
             names.append(value)
     if names:
         facts[RADT_GPUS] = ", ".join(names)
+    if memory_mib:
+        facts[RADT_GPU_MEMORY_MIB] = ", ".join(memory_mib)
     return facts
 
 
@@ -120,12 +156,14 @@ def capture(target: Path) -> dict[str, str]:
         RADT_CPU_PHYSICAL_CORES: str(psutil.cpu_count(logical=False)),
         RADT_RAM_GIB: f"{memory.total / 2**30:.1f}",
     }
-    (folder / "pip-freeze.txt").write_text(installed_packages())
+    pins = installed_packages()
+    (folder / PIP_FREEZE).write_text(pins)
+    tags[RADT_LIBRARIES] = library_versions(pins)
     smi = shutil.which("nvidia-smi")
     if smi:
         smi_q = _run([smi, "-q"])
         if smi_q:
-            (folder / "nvidia-smi-q.txt").write_text(smi_q)
+            (folder / SMI_Q).write_text(smi_q)
             tags.update(gpu_facts(smi_q))
     details = {
         "tags": tags,

@@ -101,8 +101,9 @@ def leave(code: int) -> int:
 
     Called once a run is complete (or kept for ``radt sync``): freeing the modules and objects
     of MLflow and radT took 0.3–0.8 s after the run was already recorded. What a normal exit
-    does first is done here too: other non-daemon threads are waited for, ``atexit`` handlers
-    run, logging is shut down and both streams are flushed.
+    does first is done here too, in its order: threading's exit hooks run (they stop pools such
+    as concurrent.futures' workers) and other non-daemon threads are waited for, ``atexit``
+    handlers run, logging is shut down and both streams are flushed.
     """
     import threading
     from pathlib import Path
@@ -112,9 +113,15 @@ def leave(code: int) -> int:
     script = Path(getattr(main, "__file__", None) or "").name
     if not ((spec is not None and spec.name == "radt.__main__") or script == "radt"):
         return code  # radT called from Python (a test, a notebook): a normal return
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # As the interpreter's own exit: threading's exit hooks first (they tell pools such as
+    # concurrent.futures' workers to stop), then every other non-daemon thread is waited for.
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    else:  # pragma: no cover - CPython has threading._shutdown on every supported version
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
     import atexit
 
     atexit._run_exitfuncs()

@@ -169,6 +169,22 @@ def test_radt_called_from_python_returns_instead_of_leaving():
     assert leave(3) == 3  # under pytest, not the radt command: no os._exit
 
 
+def test_the_radt_command_leaves_with_a_thread_pool_still_alive():
+    # MLflow's artifact uploads leave concurrent.futures workers waiting for work: leaving must
+    # stop them as the interpreter's exit does (a join alone waited for ever, a group's node 0).
+    code = (
+        "import concurrent.futures, sys, types\n"
+        "pool = concurrent.futures.ThreadPoolExecutor(2)\n"
+        "pool.submit(print, 'uploaded').result()\n"
+        "sys.modules['__main__'].__spec__ = types.SimpleNamespace(name='radt.__main__')\n"
+        "from radt.console import leave\n"
+        "leave(3)\n"
+        "print('not reached')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (3, "uploaded\n"), done.stderr
+
+
 @pytest.mark.slow
 def test_it_ends_when_idle_and_takes_its_socket_away(tmp_path):
     folder = tmp_path / "rt"

@@ -18,31 +18,31 @@ if TYPE_CHECKING:  # imported on first use (below): `radt COMMAND` and `radt --h
     from radt.run_api import Run, log_epoch, log_examples, phase, start_window, step
 
 _PUBLIC = {
-    "run": "radt.run",
-    "summarize_samples": "radt.analysis.figures",
-    "frontier": "radt.analysis.frontier",
-    "load": "radt.analysis.load",
-    "load_wide": "radt.analysis.load",
-    "phases": "radt.analysis.phases",
-    "report": "radt.analysis.report",
-    "loader_summary": "radt.analysis.summary",
-    "repeats": "radt.analysis.summary",
-    "repeats_summary": "radt.analysis.summary",
-    "summary": "radt.analysis.summary",
-    "autolog": "radt.autologging",
-    "Listener": "radt.listener",
-    "PolledListener": "radt.listener",
-    "RunContext": "radt.listener",
-    "Sample": "radt.listener",
-    "SampleBatch": "radt.listener",
-    "log_metric": "radt.run",
-    "log_metrics": "radt.run",
-    "Run": "radt.run_api",
-    "log_epoch": "radt.run_api",
-    "log_examples": "radt.run_api",
-    "phase": "radt.run_api",
-    "start_window": "radt.run_api",
-    "step": "radt.run_api",
+    "run": ".run",
+    "summarize_samples": ".analysis.figures",
+    "frontier": ".analysis.frontier",
+    "load": ".analysis.load",
+    "load_wide": ".analysis.load",
+    "phases": ".analysis.phases",
+    "report": ".analysis.report",
+    "loader_summary": ".analysis.summary",
+    "repeats": ".analysis.summary",
+    "repeats_summary": ".analysis.summary",
+    "summary": ".analysis.summary",
+    "autolog": ".autologging",
+    "Listener": ".listener",
+    "PolledListener": ".listener",
+    "RunContext": ".listener",
+    "Sample": ".listener",
+    "SampleBatch": ".listener",
+    "log_metric": ".run",
+    "log_metrics": ".run",
+    "Run": ".run_api",
+    "log_epoch": ".run_api",
+    "log_examples": ".run_api",
+    "phase": ".run_api",
+    "start_window": ".run_api",
+    "step": ".run_api",
 }
 """The public API, each name from its module, imported on first use (numpy, the analysis and
 the run API cost the command line ~0.5 s of CPU that launching a command does not need)."""
@@ -52,8 +52,8 @@ def __getattr__(name: str):
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'radt' has no attribute {name!r}")
-    imported = importlib.import_module(module)
-    value = imported if module == f"radt.{name}" else getattr(imported, name)
+    imported = importlib.import_module(module, __name__)
+    value = imported if module == f".{name}" else getattr(imported, name)
     globals()[name] = value
     return value
 

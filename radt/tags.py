@@ -18,6 +18,8 @@ MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
 MLFLOW_SOURCE_NAME = "mlflow.source.name"
 MLFLOW_SOURCE_TYPE = "mlflow.source.type"
 MLFLOW_USER = "mlflow.user"
+MLFLOW_NOTE = "mlflow.note.content"
+"""Where MLflow keeps a run's or an experiment's description."""
 
 # What ran and how it ended
 RADT_COMMAND = "radt.command"

@@ -54,14 +54,18 @@ def test_the_views_are_drawn_from_the_table():
     assert len(set(names)) == len(names)
     assert [c for c in COLUMNS if c in names] == names
     assert REPEAT_FIGURES == REPEATED
-    assert FIGURES == WINDOW_FIGURES == (
-        "energy_j",
-        "power_mean_w",
-        "power_max_w",
-        "util_mean_pct",
-        "smact_mean_ratio",
-        "gpu_mem_peak_mib",
-        "host_mem_peak_mib",
+    assert (
+        FIGURES
+        == WINDOW_FIGURES
+        == (
+            "energy_j",
+            "power_mean_w",
+            "power_max_w",
+            "util_mean_pct",
+            "smact_mean_ratio",
+            "gpu_mem_peak_mib",
+            "host_mem_peak_mib",
+        )
     )
     grid = {column["field"]: column for column in GRID_COLUMNS}
     for figure in CATALOG:

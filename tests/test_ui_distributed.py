@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import subprocess
+import sys
 from dataclasses import dataclass
 
 import pandas as pd
@@ -68,7 +69,7 @@ def record_job(ws: Workspace, group: str = "ddp") -> Job:
             }
             argv = ws.argv(
                 ["-e", EXPERIMENT, "-l", "constpower", "--group", group, "--"]
-                + ["python", "train.py", str(STEPS), str(BATCH)]
+                + [sys.executable, "train.py", str(STEPS), str(BATCH)]
             )
             processes.append(
                 subprocess.Popen(

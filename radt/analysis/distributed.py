@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from radt.analysis.figures import NAN
-from radt.analysis.runtree import configuration_label
+from radt.analysis.runtree import configuration_label, job_of
 from radt.quantities import gpu_devices
 from radt.tags import (
     JOB_ROLE,
@@ -206,17 +206,21 @@ def _node_samples(client, run) -> NodeSamples:
 
 
 def _baseline(client, job, nodes: int) -> tuple[object | None, float, str | None]:
-    """The latest FINISHED job run or lone run (1 node) of the same ``radt.job`` on fewer
-    nodes that has an examples/s per GPU (:func:`per_gpu_rate`): ``(run, its rate, None)``,
-    else ``(None, NaN, why)``."""
-    name = job.data.tags.get(RADT_JOB)
+    """The latest FINISHED job run or lone run (1 node) of the same Job on fewer nodes that
+    has an examples/s per GPU (:func:`per_gpu_rate`): ``(run, its rate, None)``, else
+    ``(None, NaN, why)``. The Job is :func:`~radt.analysis.runtree.job_of`'s: the
+    ``radt.job`` tag, else the command without its seed-only flags, as for lone runs."""
+    name = job_of(job.data.tags, job.data.params)
     if not name:
-        return None, NAN, "the job run has no radt.job tag: no baseline"
+        return None, NAN, "the job run has no Job (no radt.job tag, no command): no baseline"
+    named = job.data.tags.get(RADT_JOB)
+    finished = "attributes.status = 'FINISHED'"
     runs = client.search_runs(
         [job.info.experiment_id],
-        filter_string=f"{tag_filter(RADT_JOB, name)} and attributes.status = 'FINISHED'",
+        filter_string=f"{tag_filter(RADT_JOB, named)} and {finished}" if named else finished,
         order_by=["start_time DESC"],
     )
+    runs = [run for run in runs if job_of(run.data.tags, run.data.params) == name]
     for run in runs:
         tags = run.data.tags
         role = tags.get(RADT_GROUP_ROLE)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from radt.errors import UsageError
+from radt.plans.columns import JOB
 from radt.tags import Mode
 from radt.words import count
 
@@ -509,7 +510,7 @@ def findings(
         same = len({p.verdicts() for p in group}) == 1 and _claims(*group[0].verdicts())
         if same and not any(p.covered for p in group):
             jobs = ", ".join(p.job for p in group)
-            rows.append(_group_finding("every Job", group, "Job", jobs))
+            rows.append(_group_finding("every Job", group, JOB, jobs))
             for p in group:
                 p.covered = True
         elif not same:

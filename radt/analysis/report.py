@@ -39,7 +39,9 @@ from radt.launch.environment import (
     gpu_facts,
     library_versions,
 )
+from radt.plans.columns import JOB
 from radt.tags import (
+    MLFLOW_NOTE,
     RADT_CUDA_VERSION,
     RADT_GPU_DRIVER,
     RADT_GPU_MEMORY_MIB,
@@ -59,8 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORMATS = ("html", "md")
-DESCRIPTION_TAG = "mlflow.note.content"
-"""Where MLflow keeps an experiment's description."""
 
 
 @dataclass
@@ -170,7 +170,7 @@ def report(
             {
                 "id": exp.experiment_id,
                 "name": exp.name,
-                "description": (exp.tags or {}).get(DESCRIPTION_TAG),
+                "description": (exp.tags or {}).get(MLFLOW_NOTE),
             }
         )
         frames.append(summary(exp.experiment_id, tracking_uri=tracking_uri, cache_dir=cache_dir))
@@ -445,7 +445,7 @@ def spread(row, figure: str, scale: float = 1.0, digits: int = 3) -> str:
 
 
 PROVIDER_HEADERS = (
-    "Job",
+    JOB,
     "configuration",
     "power",
     "n",
@@ -456,7 +456,7 @@ PROVIDER_HEADERS = (
     "runs",
 )
 CLIENT_HEADERS = (
-    "Job",
+    JOB,
     "configuration",
     "power",
     "n",
@@ -788,7 +788,7 @@ def problem_rows(rep: Report) -> list[list[str]]:
     ]
 
 
-PLAN_HEADERS = ("objective", "Job", "run", "vs alone (×)", "runner-up", "margin (%)", "margin")
+PLAN_HEADERS = ("objective", JOB, "run", "vs alone (×)", "runner-up", "margin (%)", "margin")
 
 
 def plan_rows(rep: Report) -> list[list[str]]:

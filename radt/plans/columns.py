@@ -120,6 +120,10 @@ TABLE: tuple[PlanColumn, ...] = (
 )
 
 
+JOB = next(column.name for column in TABLE if column.field == "job")
+"""The Job column's header, which reports and findings name the Job by."""
+
+
 def names() -> tuple[str, ...]:
     """Every column's name, in the table's order."""
     return tuple(column.name for column in TABLE)

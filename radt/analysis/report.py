@@ -562,12 +562,11 @@ def charts(rep: Report) -> dict[str, object]:
                 )
             )
             fig.update_traces(cliponaxis=False)
-            fig.update_layout(
-                title=f"Time–energy frontier: {job}",
-                xaxis_title="time per example (ms), provider",
-                yaxis_title="energy per example (J), provider",
-                template="plotly_white",
-                height=420,
+            _lay_out(
+                fig,
+                f"Time–energy frontier: {job}",
+                "time per example (ms), provider",
+                "energy per example (J), provider",
                 margin={"t": 50, "l": 90, "r": 150},
             )
             out[f"frontier-{i}"] = fig
@@ -591,13 +590,11 @@ def charts(rep: Report) -> dict[str, object]:
             )
         )
         fig.add_hline(y=1.0, line_dash="dot", annotation_text="alone")
-        fig.update_layout(
-            title="Slowdown of each job (mean, bars min–max of the repeats)",
-            xaxis_title="Job: configuration at power limit",
-            yaxis_title="slowdown (× time per example alone)",
-            template="plotly_white",
-            height=420,
-            margin={"t": 50},
+        _lay_out(
+            fig,
+            "Slowdown of each job (mean, bars min–max of the repeats)",
+            "Job: configuration at power limit",
+            "slowdown (× time per example alone)",
         )
         out["slowdown"] = fig
     ph = rep.phases
@@ -607,17 +604,22 @@ def charts(rep: Report) -> dict[str, object]:
             fig.add_trace(
                 go.Bar(x=part["run_name"], y=part["energy_j"].astype(float), name=str(phase))
             )
-        fig.update_layout(
-            barmode="stack",
-            title="GPU energy per phase",
-            xaxis_title="run",
-            yaxis_title="energy (J)",
-            template="plotly_white",
-            height=420,
-            margin={"t": 50},
-        )
+        _lay_out(fig, "GPU energy per phase", "run", "energy (J)", barmode="stack")
         out["phases"] = fig
     return out
+
+
+def _lay_out(fig, title: str, x_title: str, y_title: str, **layout: object) -> None:
+    """Every report chart's look: its title and axis titles on one white template and height."""
+    layout.setdefault("margin", {"t": 50})
+    fig.update_layout(
+        title=title,
+        xaxis_title=x_title,
+        yaxis_title=y_title,
+        template="plotly_white",
+        height=420,
+        **layout,
+    )
 
 
 def export_images(figures: dict[str, object], folder: Path) -> dict[str, str]:

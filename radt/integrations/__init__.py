@@ -7,7 +7,10 @@ Each module imports its framework; import the one you use (``radt --autolog`` ad
 
 from __future__ import annotations
 
+from typing import Any
+
 from radt import run_api
+from radt.autologging import _say, batch_size
 
 
 class PhaseSteps:
@@ -24,3 +27,23 @@ class PhaseSteps:
         if self._phase is not None:
             self._phase.__exit__(None, None, None)
             self._phase = None
+
+
+class BatchSizes:
+    """The number of examples in a framework's batch, said once when a batch has none to read."""
+
+    _unreadable_said = False
+
+    def _size_of(self, batch: Any, what: str) -> int | None:
+        """The examples in ``batch`` (``what`` names it in the one-time message), else None."""
+        try:
+            size = batch_size(batch)
+        except Exception:  # an odd batch type: skipped like any unreadable one
+            size = None
+        if size is None and not self._unreadable_said:
+            self._unreadable_said = True
+            _say(
+                f"cannot read a batch size from {what} (no tensor in it); "
+                "such batches are not counted"
+            )
+        return size

@@ -16,20 +16,18 @@ from typing import Any
 from lightning.pytorch import Callback
 
 from radt import run_api
-from radt.autologging import _say, batch_size
-from radt.integrations import PhaseSteps
+from radt.integrations import BatchSizes, PhaseSteps
 
 CALLBACK = run_api.SOURCES.index("callback")
 
 
-class RadtCallback(PhaseSteps, Callback):
+class RadtCallback(PhaseSteps, BatchSizes, Callback):
     """Reports the Trainer's examples, epochs and phases to radT (nothing without radT)."""
 
     def __init__(self) -> None:
         self.counted = 0
         """The examples this process counted."""
         self._phase: run_api.phase | None = None
-        self._unreadable_said = False
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Claim this process's example count."""
@@ -58,17 +56,8 @@ class RadtCallback(PhaseSteps, Callback):
     ) -> None:
         """The batch is done: its examples count."""
         self._leave()
-        try:
-            size = batch_size(batch)
-        except Exception:  # an odd batch type: skipped like any unreadable one
-            size = None
+        size = self._size_of(batch, f"a {type(batch).__name__} batch")
         if size is None:
-            if not self._unreadable_said:
-                self._unreadable_said = True
-                _say(
-                    f"cannot read a batch size from a {type(batch).__name__} batch "
-                    "(no tensor in it); such batches are not counted"
-                )
             return
         run_api.count_examples(size, CALLBACK)
         self.counted += size

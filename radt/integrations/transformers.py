@@ -29,13 +29,13 @@ from typing import Any
 from transformers import TrainerCallback
 
 from radt import run_api
-from radt.autologging import _say, batch_size
-from radt.integrations import PhaseSteps
+from radt.autologging import _say
+from radt.integrations import BatchSizes, PhaseSteps
 
 CALLBACK = run_api.SOURCES.index("callback")
 
 
-class RadtCallback(PhaseSteps, TrainerCallback):
+class RadtCallback(PhaseSteps, BatchSizes, TrainerCallback):
     """Reports the Trainer's examples, epochs and phases to radT (nothing without radT)."""
 
     def __init__(self) -> None:
@@ -43,7 +43,6 @@ class RadtCallback(PhaseSteps, TrainerCallback):
         """The examples this process counted (sent at each optimizer step)."""
         self._pending = 0
         self._hook: Any = None
-        self._unreadable_said = False
         self._phase: run_api.phase | None = None
 
     def on_train_begin(
@@ -64,17 +63,8 @@ class RadtCallback(PhaseSteps, TrainerCallback):
 
         if not module.training or not torch.is_grad_enabled():
             return
-        try:
-            size = batch_size((args, kwargs))
-        except Exception:  # an odd input type: skipped like any unreadable one
-            size = None
+        size = self._size_of((args, kwargs), f"the inputs of {type(module).__name__}")
         if size is None:
-            if not self._unreadable_said:
-                self._unreadable_said = True
-                _say(
-                    f"cannot read a batch size from the inputs of {type(module).__name__} "
-                    "(no tensor in them); such batches are not counted"
-                )
             return
         self._pending += size
 

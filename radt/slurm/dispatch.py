@@ -324,18 +324,12 @@ class Dispatch:
         if not arrays:
             return
         script = self.folder / "close.sh"
-        radt = ["radt"] if self.slurm.setup else [sys.executable, "-m", "radt"]
         target = str(self.target)
-        command = [*radt, target, "--slurm-close", str(self.plan_path), *self.request.node_args]
-        lines = [
-            "#!/bin/bash",
-            f"# radT: records the ended Slurm jobs of {self.plan_path} and closes their runs",
-            "set -e",
-            *self.slurm.setup,
-            "exec " + shlex.join(command),
-        ]
-        script.write_text("\n".join(lines) + "\n")
-        script.chmod(0o755)
+        self._write_script(
+            script,
+            f"records the ended Slurm jobs of {self.plan_path} and closes their runs",
+            [*self._radt(), target, "--slurm-close", str(self.plan_path), *self.request.node_args],
+        )
         argv = [
             f"--job-name=radt-close-{self.plan_path.stem}",
             f"--dependency=afterany:{':'.join(arrays)}",
@@ -661,20 +655,35 @@ class Dispatch:
                 indent=1,
             )
         )
-        radt = ["radt"] if self.slurm.setup else [sys.executable, "-m", "radt"]
-        command = [*radt, str(self.plan_path), "--slurm-task", str(tasks), *self.request.node_args]
+        command = [
+            *self._radt(),
+            str(self.plan_path),
+            "--slurm-task",
+            str(tasks),
+            *self.request.node_args,
+        ]
         if self.nodes > 1:  # one radT per node (task): the group is this step
             command = ["srun", *command]
+        what = f"task i of this array runs workload i of {tasks.name} in {self.plan_path}"
+        self._write_script(script, what, command)
+        return script
+
+    def _radt(self) -> list[str]:
+        """How a batch script starts radT: by name after the study's setup lines, else with this
+        Python."""
+        return ["radt"] if self.slurm.setup else [sys.executable, "-m", "radt"]
+
+    def _write_script(self, script: Path, what: str, command: list[str]) -> None:
+        """Write the executable batch ``script`` that runs the setup lines, then ``command``."""
         lines = [
             "#!/bin/bash",
-            f"# radT: task i of this array runs workload i of {tasks.name} in {self.plan_path}",
+            f"# radT: {what}",
             "set -e",
             *self.slurm.setup,
             "exec " + shlex.join(command),
         ]
         script.write_text("\n".join(lines) + "\n")
         script.chmod(0o755)
-        return script
 
 
 def _attempt_order(run) -> tuple[int, int]:

@@ -29,6 +29,10 @@ RADT_EXIT_CODE = "radt.exit_code"
 RADT_SIGNAL = "radt.signal"
 RADT_STOP_REASON = "radt.stop_reason"
 RADT_NOTE = "radt.note"
+RADT_PHASE_ROWS = "radt.phase_rows"
+"""How many phase intervals the run's phases artifact holds (``0``: it marked no phase), set
+once the artifact is uploaded; a run without the tag (older radT, or phases still to send with
+``radt sync``) is asked for the artifact itself."""
 RADT_WORKDIR = "radt.workdir"
 RADT_LISTENERS = "radt.listeners"
 RADT_DEVICES = "radt.devices"

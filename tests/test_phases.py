@@ -21,6 +21,7 @@ from radt.analysis.figures import counter_energy, integrate_power
 from radt.analysis.phases import INTERVAL_COLUMNS, UNMARKED, Cumulative, phase_table, union
 from radt.analysis.windows import counter_energy_between
 from radt.record.phases import SCHEMA, STREAM, PhaseWriter, compact_phases
+from radt.tags import RADT_PHASE_ROWS
 
 # ------------------------------------------------------------------ arithmetic
 
@@ -392,6 +393,7 @@ def test_recorded_phases_carry_the_scripts_times_and_constant_power_gives_energy
     run = workspace.only_run()
     artifacts = {a.path for a in workspace.client().list_artifacts(run.info.run_id, "radt")}
     assert "radt/phases.parquet" in artifacts
+    assert run.data.tags[RADT_PHASE_ROWS] == "12"  # 6 data and 6 forward intervals
     found = intervals(runs=[run.info.run_id], tracking_uri=workspace.uri, cache_dir=workspace.home)
     assert list(found["phase"]) == [name for name, _, _ in mine]
     to_us = [round(t * 1e6) for _, start, end in mine for t in (start, end)]
@@ -447,6 +449,21 @@ def test_recorded_phases_carry_the_scripts_times_and_constant_power_gives_energy
         ["export", "--runs", run.info.run_id, "--phases", "--keys", "x", "-o", "-"]
     )
     assert done.returncode != 0 and "--phases takes no --keys" in done.stderr
+
+    # a run that marked no phase says so in its tag, and the analysis asks the store nothing
+    workspace.script("plain.py", "pass\n")
+    done = workspace.run(["-l", "none", "plain.py"])
+    assert done.returncode == 0, done.stderr
+    (plain,) = [
+        r
+        for r in workspace.client().search_runs([run.info.experiment_id])
+        if r.info.run_id != run.info.run_id
+    ]
+    assert plain.data.tags[RADT_PHASE_ROWS] == "0"
+    assert phases(
+        runs=[plain.info.run_id], tracking_uri=workspace.uri, cache_dir=workspace.home
+    ).empty
+    assert not (workspace.home / plain.info.run_id / "phases.absent").exists()
 
 
 # ------------------------------------------------------------------ the time-series bands

@@ -50,7 +50,7 @@ from radt.analysis.load import (
     select_runs,
 )
 from radt.quantities import GPU_ENERGY, GPU_POWER, providers_of
-from radt.tags import MLFLOW_PARENT_RUN_ID
+from radt.tags import MLFLOW_PARENT_RUN_ID, RADT_PHASE_ROWS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -370,8 +370,11 @@ def phase_table(
 def _cached_phases(client, run, cache_dir: Path) -> Path | None:
     """The run's phases artifact, downloaded once; None when the run has none.
 
-    An ended run whose ``radt`` artifacts list no phases is remembered as having none.
+    A run tagged ``radt.phase_rows`` = 0 has none (the store is not asked); an ended run
+    without the tag whose ``radt`` artifacts list no phases is remembered as having none.
     """
+    if run.data.tags.get(RADT_PHASE_ROWS) == "0":
+        return None
     absent = cache_dir / run.info.run_id / "phases.absent"
     if absent.exists():
         return None

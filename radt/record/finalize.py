@@ -25,7 +25,7 @@ from radt.record.phases import compact_phases
 from radt.record.runfolder import RunFolder, RunState, disk_full
 from radt.record.spool import iter_spool
 from radt.record.writer import MAX_BATCH, is_permanent
-from radt.tags import RADT_NOTE
+from radt.tags import RADT_NOTE, RADT_PHASE_ROWS
 
 SAMPLES_ARTIFACT = "radt/samples.parquet"
 DOING = {
@@ -196,8 +196,11 @@ def _upload_attachments(
     client: MlflowClient, folder: RunFolder, state: RunState, warn: Callable[[str], None]
 ) -> None:
     failed: OSError | None = None
+    rows = 0
     try:
-        _, problem = compact_phases(folder.path, state.run_id, folder.attachments / PHASES_ARTIFACT)
+        rows, problem = compact_phases(
+            folder.path, state.run_id, folder.attachments / PHASES_ARTIFACT
+        )
     except OSError as exc:  # a full disk: the rest goes now, the phases with `radt sync`
         failed, problem = exc, None
         (folder.attachments / PHASES_ARTIFACT).unlink(missing_ok=True)
@@ -207,6 +210,8 @@ def _upload_attachments(
         client.log_artifacts(state.run_id, str(folder.attachments))
     if failed is not None:
         raise failed
+    # the analysis reads this instead of asking the store whether there is a phases artifact
+    client.set_tag(state.run_id, RADT_PHASE_ROWS, str(rows))
 
 
 def _set_status(client: MlflowClient, state: RunState) -> None:

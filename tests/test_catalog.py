@@ -180,3 +180,17 @@ def test_the_reductions_a_figure_may_name_are_those_the_figures_make():
 
     assert {figure.over_time for figure in CATALOG} <= set(OVER_TIME)
     assert set(sample_figures({}, {})) == {f.name for f in CATALOG if f.quantity}
+
+
+def test_each_docs_section_defines_a_column_in_one_row():
+    """A name is defined once where it is defined: two rows of one section would give it two
+    meanings."""
+    for heading, body in zip(
+        re.findall(r"^#+ (.*)$", DOC, flags=re.M),
+        re.split(r"^#+ .*$", DOC, flags=re.M)[1:],
+        strict=True,
+    ):
+        rows = [line.split("|")[1] for line in body.splitlines() if line.startswith("| `")]
+        names = [name for cell in rows for name in re.findall(r"`([^`]+)`", cell)]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        assert not twice, f"{DOCS} #{heading}: {', '.join(twice)} defined in two rows"

@@ -225,6 +225,56 @@ def split_argv(argv: list[str], parser: argparse.ArgumentParser) -> tuple[list[s
     return argv, []
 
 
+SIMILAR = 0.85
+"""How alike (difflib's ratio) a misspelt option and one of radT's must be to be suggested:
+``--experimnt`` → ``--experiment``, while a script's ``--epochs`` is not ``--max-epochs``."""
+
+
+def refuse_unknown(
+    parser: argparse.ArgumentParser, own: list[str], unknown: list[str], command: list[str]
+) -> None:
+    """A UsageError for the first option among ``unknown`` (radT's options ``own`` that its
+    ``parser`` does not know): the option of radT's it misspells, or else that a script's flags
+    go after the script (``radt [options] script.py --epochs 2``). Returns when ``unknown``
+    holds no option (a stray operand after a plan, which argparse reports)."""
+    import difflib
+
+    flag = next((arg for arg in unknown if arg.startswith("-") and arg != "-"), None)
+    if flag is None:
+        return
+    name = flag.split("=", 1)[0]
+    options = [  # radT's shown options, long against long, short against short
+        option
+        for action in parser._actions
+        if action.help is not argparse.SUPPRESS
+        for option in action.option_strings
+        if option.startswith("--") == name.startswith("--")
+    ]
+    close = difflib.get_close_matches(name, options, n=1, cutoff=SIMILAR)
+    if close:
+        raise UsageError(f"unknown option {name}; did you mean {close[0]}?")
+    if not command or command[0].lower().endswith(PLAN_SUFFIXES):
+        raise UsageError(f"unknown option {name}; radt --help lists radT's options")
+    values: list[str] = []
+    if own[-1] == flag and "=" not in flag:
+        # the tokens between the flag and the command are its values: radt --epochs 2 train.py
+        start = next((i for i, arg in enumerate(command) if _is_command(arg)), 0)
+        values = command[:start]
+    moved = [*command[len(values) :], flag, *values]
+    raise UsageError(
+        f"unknown option {name}; flags for your script go after it: "
+        f"radt [options] {shlex.join(moved)}"
+    )
+
+
+def _is_command(arg: str) -> bool:
+    """Whether ``arg`` reads as the command rather than an option's value: a script, a file
+    or a program on the PATH."""
+    import shutil
+
+    return arg.endswith((".py", ".sh")) or os.path.exists(arg) or shutil.which(arg) is not None
+
+
 def parse_pairs(
     pairs: list[str], what: str, form: str = "KEY=VALUE, e.g. team=vision"
 ) -> dict[str, str]:
@@ -447,7 +497,10 @@ def run_launcher(argv: list[str]) -> int:
         # a plan or study takes radT's options after it too: radt study.yaml --dry-run
         own, command = own + command[1:], command[:1]
     own = _join_flag_values(own, ("--job-ignore",))
-    args = parser.parse_args(own)
+    args, unknown = parser.parse_known_args(own)
+    if unknown:
+        refuse_unknown(parser, own, unknown, command)
+        args = parser.parse_args(own)  # not an option: argparse's own message, as ever
     if args.version:
         from radt import __version__
 
@@ -602,7 +655,7 @@ def listener_records(listener) -> str:
 
 
 def print_listener_options(name: str, found: dict) -> int:
-    """Print one listener's ``-o`` options: key, kind, default, meaning."""
+    """Print one listener's ``-o`` options: key, kind, default (in the kind's words), meaning."""
     item = found.get(name)
     if item is None:
         raise UsageError(f"unknown listener {name}; known listeners: {', '.join(found)}")
@@ -616,7 +669,7 @@ def print_listener_options(name: str, found: dict) -> int:
         print(f"{name} takes no -o options")
         return 0
     rows = [("option", "value", "default", "meaning")] + [
-        (f"-o {name}.{o.name}=", o.form, o.default or "-", o.help) for o in declared
+        (f"-o {name}.{o.name}=", o.form, o.shown_default, o.help) for o in declared
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for *cells, meaning in rows:

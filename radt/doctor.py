@@ -423,21 +423,28 @@ def probe_places(facts: Facts) -> list[Row]:
                 "set RADT_HOME to a writable folder (default ~/.radt)",
             )
         )
-    job = os.environ.get("SLURM_JOB_ID")
-    rows.append(
-        Row(
-            "slurm",
-            "inside a Slurm job",
-            job is not None,
-            f"job {job} on {os.environ.get('SLURMD_NODENAME', 'this node')}" if job else "no",
-            "" if job else "run inside salloc/sbatch to record the job's tags",
-        )
-    )
+    rows.append(slurm_row())
     from radt import warm
 
     serving, why = warm.describe()
     rows.append(Row("warm", "warm launcher", serving, why, "" if serving else warm.ADVICE))
     return rows
+
+
+def slurm_row() -> Row:
+    """Whether radT runs inside a Slurm job, as a plain sentence whether Slurm is installed
+    here (``sbatch`` on PATH) or not."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        node = os.environ.get("SLURMD_NODENAME", "this node")
+        return Row("slurm", "inside a Slurm job", True, f"job {job} on {node}")
+    if shutil.which("sbatch"):
+        why = "not inside a Slurm job, though Slurm is installed here"
+        fix = "run radT inside salloc or sbatch to record the job's tags"
+    else:
+        why = "Slurm is not installed here (no sbatch on PATH)"
+        fix = "on a Slurm cluster, run radT inside salloc or sbatch to record the job's tags"
+    return Row("slurm", "inside a Slurm job", False, why, fix)
 
 
 PROBES: list[tuple[tuple[str, ...], Callable[[Facts], list[Row]]]] = [

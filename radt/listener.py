@@ -248,11 +248,21 @@ class Option:
         least = "" if self.least is None else f" ≥ {self.least:g}"
         return KINDS[self.kind] + least
 
+    @property
+    def shown_default(self) -> str:
+        """The default in the words of :attr:`form` (a ``bool``'s ``0`` is ``no``); ``-``
+        where there is none."""
+        if self.kind is bool:
+            return "yes" if self.default.strip().lower() in TRUE_WORDS else "no"
+        return self.default or "-"
+
     def problem(self, raw: str) -> str | None:
         """What is wrong with ``raw`` as this option's value; None when it is fine."""
         text = raw.strip().lower()
         if self.kind is bool:
-            return None if text in TRUE_WORDS + FALSE_WORDS else "takes 1/0 (yes/no, on/off)"
+            if text in TRUE_WORDS + FALSE_WORDS:
+                return None
+            return f"takes {self.form} (1/0, on/off and true/false too)"
         if self.kind in (int, float):
             try:
                 number = self.kind(text)

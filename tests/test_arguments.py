@@ -55,7 +55,7 @@ def refused(done: subprocess.CompletedProcess, *fragments: str) -> str:
             ["-o", "top.per_cor=1"],
             ["-o top.per_cor=1: top has no option per_cor; its options: per_core"],
         ),
-        (["-o", "top.per_core=banana"], ["-o top.per_core=banana: per_core takes 1/0"]),
+        (["-o", "top.per_core=banana"], ["-o top.per_core=banana: per_core takes yes/no (1/0"]),
         (["-o", "ncu.launch_count=0"], ["launch_count takes a whole number ≥ 1"]),
         (["-o", "nsys.capture=some"], ["capture takes one of all, nvtx, none"]),
         (["-o", "smi.interval=1"], ["smi has no option interval; its options: none"]),
@@ -90,13 +90,62 @@ def test_radt_listeners_name_lists_its_options(workspace):
     assert done.returncode == 0, done.stderr
     header, row = done.stdout.strip().splitlines()[1:]
     assert header.split() == ["option", "value", "default", "meaning"]
-    assert row.split()[:4] == ["-o", "top.per_core=", "yes/no", "0"]
+    # the default in the value's own words, as a wrong value is answered
+    assert row.split()[:4] == ["-o", "top.per_core=", "yes/no", "no"]
     assert row.endswith("also record each core's use, top/host/cpu{i}/cpu_pct")
     torch = workspace.run(["listeners", "torch"]).stdout
     assert "-o torch.steps=" in torch and "whole number ≥ 1" in torch and " 5 " in torch
     smi = workspace.run(["listeners", "smi"])
     assert "smi takes no -o options" in smi.stdout
     refused(workspace.run(["listeners", "nosuch"]), "unknown listener nosuch", "top")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--experimnt", "x", "s.py"],
+            "radt: error: unknown option --experimnt; did you mean --experiment?",
+        ),
+        (["-l", "top", "--listners", "top", "s.py"], "unknown option --listners; did you mean"),
+        (["plan.yaml", "--dry-rn"], "unknown option --dry-rn; did you mean --dry-run?"),
+        (
+            ["--epochs", "2", "s.py"],
+            "radt: error: unknown option --epochs; flags for your script go after it: "
+            "radt [options] s.py --epochs 2",
+        ),
+        (["--epochs=2", "s.py"], "go after it: radt [options] s.py --epochs=2"),
+        (
+            ["--epochs", "2", "--lr", "0.1", "s.py", "--seed", "1"],
+            "go after it: radt [options] s.py --seed 1 --epochs 2 --lr 0.1",
+        ),
+        (["-l", "top", "--fast", "-e", "x", "s.py"], "go after it: radt [options] s.py --fast"),
+        (["plan.yaml", "--fast"], "unknown option --fast; radt --help lists radT's options"),
+    ],
+)
+def test_an_unknown_option_is_one_line_naming_the_option_meant_or_where_it_goes(
+    workspace, args, line
+):
+    """A misspelt option of radT's is named; a script's flag put before the script is shown
+    after it; parsed before any file is read or run is made."""
+    workspace.script("s.py", "print('ran')\n")
+    said = refused(workspace.run(args), line)
+    assert "Traceback" not in said and "usage:" not in said
+    assert workspace.runs() == []
+
+
+def test_an_options_default_is_shown_in_the_words_of_its_values():
+    from radt.listener import Option
+
+    assert [Option("x", bool, raw, "").shown_default for raw in ("1", "on", "0", "")] == [
+        "yes",
+        "yes",
+        "no",
+        "no",
+    ]
+    assert Option("n", int, "", "", least=1).shown_default == "-"
+    assert Option("n", int, "5", "", least=1).shown_default == "5"
+    assert Option("x", bool, "0", "").problem("maybe").startswith("takes yes/no ")
 
 
 # ------------------------------------------------------------------ 10, 11: studies

@@ -148,3 +148,49 @@ def test_window_figures_reduce_the_samples_inside_the_window():
     assert figures["power_mean_w"] == pytest.approx(150.0)
     assert figures["power_max_w"] == pytest.approx(150.0)
     assert figures["host_mem_peak_mib"] == pytest.approx(200.0)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("over_time", "min", "over_time='min' is unknown; use one of mean, max"),
+        ("across", "median", "across='median' is unknown; use one of sum, mean"),
+        ("runs_show", "watts", "runs_show='watts' is unknown"),
+        ("show", "si:nano:s", "show='si:nano:s' is unknown"),
+        ("show", "bold", "show='bold' is unknown"),
+        ("quantity", "proc:rss_mib", "the only prefix is tree:"),
+        ("quantity", "tree:", "names no quantity"),
+        ("width", -1, "width=-1 is below 0"),
+    ],
+)
+def test_a_figure_with_a_bad_field_is_refused_where_it_is_defined(field, value, message):
+    from radt.analysis.catalog import Figure
+
+    spec = {"show": "number", "quantity": "power_w", field: value}
+    with pytest.raises(ValueError, match=f"^figure odd: {field}=") as err:
+        Figure("odd", "odd", "figures-of-a-row", **spec)
+    assert message in str(err.value)
+    # the table's own figures, and the forms it uses, pass
+    assert Figure("ok", "ok", "a", "si:1e-9:J", quantity="tree:rss_mib", over_time="max").show
+
+
+def test_the_reductions_a_figure_may_name_are_those_the_figures_make():
+    from radt.analysis.catalog import OVER_TIME
+    from radt.analysis.figures import sample_figures
+
+    assert {figure.over_time for figure in CATALOG} <= set(OVER_TIME)
+    assert set(sample_figures({}, {})) == {f.name for f in CATALOG if f.quantity}
+
+
+def test_each_docs_section_defines_a_column_in_one_row():
+    """A name is defined once where it is defined: two rows of one section would give it two
+    meanings."""
+    for heading, body in zip(
+        re.findall(r"^#+ (.*)$", DOC, flags=re.M),
+        re.split(r"^#+ .*$", DOC, flags=re.M)[1:],
+        strict=True,
+    ):
+        rows = [line.split("|")[1] for line in body.splitlines() if line.startswith("| `")]
+        names = [name for cell in rows for name in re.findall(r"`([^`]+)`", cell)]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        assert not twice, f"{DOCS} #{heading}: {', '.join(twice)} defined in two rows"

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import FAKES, FIXTURES, Workspace, new_workspace, path_without_nvidia_tools
 
-from radt.doctor import NAMES
+from radt.doctor import NAMES, slurm_row
 
 TOOLS = ("nvidia-smi", "dcgmi", "nvidia-cuda-mps-control", "nsys", "ncu")
 NOTHING_NVIDIA = {
@@ -92,14 +93,41 @@ def test_this_machine_has_nothing_nvidia(nothing):
     assert all(rows[name]["fix"] for name in no)
     assert rows["tracking"]["ok"] and rows["tracking"]["why"] == str(nothing.root / "mlflow.db")
     assert rows["radt_home"]["ok"] and rows["radt_home"]["why"].startswith(f"{nothing.home}, ")
+    installed = shutil.which("sbatch", path=nothing.env["PATH"]) is not None
     assert rows["slurm"] == {
         "name": "slurm",
         "what": "inside a Slurm job",
         "ok": False,
-        "why": "no",
-        "fix": "run inside salloc/sbatch to record the job's tags",
+        "why": "not inside a Slurm job, though Slurm is installed here"
+        if installed
+        else "Slurm is not installed here (no sbatch on PATH)",
+        "fix": ("" if installed else "on a Slurm cluster, ")
+        + "run radT inside salloc or sbatch to record the job's tags",
     }
     assert done.stderr == ""
+
+
+def test_the_slurm_row_is_a_sentence_whether_slurm_is_installed_or_not(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch
+    absent = slurm_row()
+    assert (absent.ok, absent.why) == (False, "Slurm is not installed here (no sbatch on PATH)")
+    assert absent.fix == (
+        "on a Slurm cluster, run radT inside salloc or sbatch to record the job's tags"
+    )
+    sbatch = tmp_path / "sbatch"
+    sbatch.write_text("#!/bin/sh\nexit 0\n")
+    sbatch.chmod(0o755)
+    outside = slurm_row()
+    assert (outside.ok, outside.why) == (
+        False,
+        "not inside a Slurm job, though Slurm is installed here",
+    )
+    assert outside.fix == "run radT inside salloc or sbatch to record the job's tags"
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURMD_NODENAME", "node7")
+    inside = slurm_row()
+    assert (inside.ok, inside.why, inside.fix) == (True, "job 4242 on node7", "")
 
 
 def test_the_stand_ins_have_everything(everything):

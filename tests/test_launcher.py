@@ -151,12 +151,13 @@ def test_signal_to_radt_stops_the_tree_and_kills_the_run(workspace, tmp_path, si
         radt.send_signal(signum)
         _, err = radt.communicate(timeout=60)
         assert radt.returncode == 128 + signum
-        assert signal.Signals(signum).name in err
+        name = signal.Signals(signum).name
+        assert f"radt: received {name}; stopping the command (again to kill it at once)" in err
         for pid in pids:
             wait_for(lambda pid=pid: not pid_alive(pid), timeout=5)
         run = workspace.only_run()
         assert run.info.status == "KILLED"
-        assert signal.Signals(signum).name in run.data.tags["radt.stop_reason"]
+        assert run.data.tags["radt.stop_reason"] == f"radT received {name}"
         table = samples(workspace.client(), run.info.run_id, tmp_path)
         assert (table.key == "counter/seq/n").sum() >= 3
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from importlib.metadata import distribution
 
 import pytest
 from test_listener_kit import install
@@ -17,6 +18,7 @@ from radt.quantities import (
     GPU_POWER,
     GPU_SM_ACTIVITY,
     GPU_UTILISATION,
+    GROUP,
     HOST_ENERGY,
     declared,
     keys_for,
@@ -54,12 +56,33 @@ def fresh_declarations():
     quantities.providers_of.cache_clear()
 
 
-def test_radts_own_listeners_are_the_sources_in_their_order():
-    assert sources(GPU_ENERGY) == [("nvml", "energy_j"), ("dcgm", "energy_j")]
-    assert sources(GPU_POWER) == [("nvml", "power_w"), ("dcgm", "power_w"), ("smi", "power_w")]
-    assert sources(GPU_UTILISATION) == [("nvml", "util_pct"), ("smi", "util_pct")]
-    assert sources(GPU_SM_ACTIVITY) == [("dcgm", "smact_ratio")]
-    assert sources(GPU_MEMORY) == [("nvml", "mem_used_mib"), ("smi", "mem_used_mib")]
+def own_declarations() -> tuple:
+    """The declarations of radT's own listeners: the entry points radt's distribution registers
+    (listeners/, from pyproject.toml), never a plug-in installed beside it."""
+    points = sorted(distribution("radt").entry_points.select(group=GROUP), key=lambda p: p.name)
+    return tuple(entry for point in points for entry in declared(point.load()))
+
+
+@pytest.fixture
+def plugin_installed(tmp_path, monkeypatch, fresh_declarations):
+    """A third-party listener installed beside radT, providing GPU power."""
+    install(tmp_path, "wattmeter_plugin", WATTMETER, {"wattmeter": "Wattmeter"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_radts_own_listeners_are_the_sources_in_their_order(plugin_installed):
+    # the plug-in is registered, and these checks read radT's own listeners past it
+    assert (GPU_POWER, "wattmeter/gpu*/power_w", 50) in quantities.registered()
+    own = own_declarations()
+    assert sources(GPU_ENERGY, own) == [("nvml", "energy_j"), ("dcgm", "energy_j")]
+    assert sources(GPU_POWER, own) == [
+        ("nvml", "power_w"),
+        ("dcgm", "power_w"),
+        ("smi", "power_w"),
+    ]
+    assert sources(GPU_UTILISATION, own) == [("nvml", "util_pct"), ("smi", "util_pct")]
+    assert sources(GPU_SM_ACTIVITY, own) == [("dcgm", "smact_ratio")]
+    assert sources(GPU_MEMORY, own) == [("nvml", "mem_used_mib"), ("smi", "mem_used_mib")]
 
 
 def test_keys_for_a_quantity_come_best_source_first():
@@ -72,13 +95,14 @@ def test_keys_for_a_quantity_come_best_source_first():
         "rapl/package0/energy_j",
         "nvml/gpu0/energy_j",
     ]
-    assert keys_for(GPU_POWER, keys) == [
+    own = own_declarations()
+    assert keys_for(GPU_POWER, keys, own) == [
         "nvml/gpu0/power_w",
         "nvml/gpu1/power_w",
         "dcgm/gpu1/power_w",
         "smi/gpu0/power_w",
     ]
-    assert keys_for(HOST_ENERGY, keys) == ["rapl/package0/energy_j"]
+    assert keys_for(HOST_ENERGY, keys, own) == ["rapl/package0/energy_j"]
     mine = [(GPU_POWER, "mine/gpu*/power_w", 5), (GPU_POWER, "nvml/gpu*/power_w", 10)]
     assert keys_for(GPU_POWER, keys + ["mine/gpu0/power_w"], mine) == [
         "mine/gpu0/power_w",
@@ -175,9 +199,10 @@ def test_the_gpus_of_a_run_are_its_gpu_listeners_gpus_each_once():
         "top/host/cpu_pct",
         "rapl/package0/energy_j",
     ]
-    assert gpu_devices(both) == ["gpu0", "gpu1"]
-    assert gpu_devices(["top/proc/cpu_pct", "top/proc/rss_mib", "top/host/cpu_pct"]) == []
-    assert gpu_devices([]) == []
+    own = own_declarations()
+    assert gpu_devices(both, own) == ["gpu0", "gpu1"]
+    assert gpu_devices(["top/proc/cpu_pct", "top/proc/rss_mib", "top/host/cpu_pct"], own) == []
+    assert gpu_devices([], own) == []
     mig = [
         "nvml/gpu0/power_w",
         "nvml/gpu0/mig1/mem_used_mib",
@@ -186,6 +211,6 @@ def test_the_gpus_of_a_run_are_its_gpu_listeners_gpus_each_once():
         "dcgm/gpu0/gi1/ci0/smact_ratio",
         "nvml/gpu10/power_w",
     ]
-    assert gpu_devices(mig) == ["gpu0/mig1", "gpu0/mig2", "gpu10"]
+    assert gpu_devices(mig, own) == ["gpu0/mig1", "gpu0/mig2", "gpu10"]
     plugin = [("gpu_power", "wattmeter/gpu*/power_w", 5)]
     assert gpu_devices(["wattmeter/gpu3/power_w", "nvml/gpu0/power_w"], plugin) == ["gpu3"]

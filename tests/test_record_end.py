@@ -59,7 +59,7 @@ def test_a_signal_after_the_command_ended_does_not_stop_the_record(
         kill_quietly(radt.pid)
     assert radt.returncode == 0, err
     name = signal.Signals(signum).name
-    assert f"radt: radT received {name} after the command ended; finishing its record" in err
+    assert f"radt: received {name} after the command ended; finishing its record" in err
     assert "Traceback" not in err, err
     run = workspace.only_run()
     assert run.info.status == "FINISHED"
@@ -87,6 +87,7 @@ def test_a_second_signal_leaves_the_record_to_sync_which_knows_the_exit_code(
     assert radt.returncode == 128 + signal.SIGTERM, err
     left = [line for line in err.splitlines() if "again" in line]
     assert len(left) == 1, err
+    assert left[0].startswith("radt: received SIGTERM again: stopped before the record"), err
     assert "`radt sync` will finish it (FINISHED, exit code 0" in left[0]
     run_id = workspace.only_run().info.run_id
     assert (workspace.home / "runs" / run_id).is_dir()

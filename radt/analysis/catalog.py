@@ -22,6 +22,15 @@ ENERGY = "energy-cross-check-host-energy-and-estimates"
 SLOWDOWN = "slowdown-baselines-and-normalised-figures"
 DOCS = "docs/analysis.md"
 
+OVER_TIME = ("mean", "max")
+"""How a figure straight from samples reduces over its window (:attr:`Figure.over_time`)."""
+ACROSS = ("sum", "mean")
+"""How the GPUs' values of an instant combine (:attr:`Figure.across`)."""
+SHOWS = ("number", "integer", "ratio", "signed", "percent")
+"""How the runs grid formats a figure (:attr:`Figure.show`), besides ``si:<scale>:<unit>``."""
+RUNS_SHOWS = ("number", "duration", "exact", "ms", "joules", "estimate", "slowdown")
+"""How ``radt runs`` writes a figure (:attr:`Figure.runs_show`)."""
+
 
 @dataclass(frozen=True)
 class Figure:
@@ -61,6 +70,45 @@ class Figure:
     its method), ``slowdown`` (``*`` against a spread baseline)."""
     runs_optional: bool = False
     """In ``radt runs`` only when a row has it (its listener recorded, an estimate made)."""
+
+    def __post_init__(self) -> None:
+        """A spec is checked where it is written: a bad field is a ValueError naming it, not a
+        KeyError when the figure is first made or shown."""
+        for field, value, known in (
+            ("over_time", self.over_time, OVER_TIME),
+            ("across", self.across, ACROSS),
+            ("runs_show", self.runs_show, RUNS_SHOWS),
+        ):
+            if value not in known:
+                raise ValueError(
+                    f"figure {self.name}: {field}={value!r} is unknown; use one of "
+                    + ", ".join(known)
+                )
+        if self.show is not None and self.show not in SHOWS and not _si_show(self.show):
+            raise ValueError(
+                f"figure {self.name}: show={self.show!r} is unknown; use one of "
+                f"{', '.join(SHOWS)}, si:<scale>:<unit> or None"
+            )
+        if self.quantity is not None and not self.quantity.rpartition(":")[2]:
+            raise ValueError(f"figure {self.name}: quantity={self.quantity!r} names no quantity")
+        if self.quantity is not None and self.quantity.rpartition(":")[0] not in ("", "tree"):
+            raise ValueError(
+                f"figure {self.name}: quantity={self.quantity!r}: the only prefix is tree:"
+            )
+        if self.width < 0:
+            raise ValueError(f"figure {self.name}: width={self.width} is below 0")
+
+
+def _si_show(show: str) -> bool:
+    """Whether ``show`` is ``si:<scale>:<unit>``, its scale a number."""
+    parts = show.split(":")
+    if len(parts) != 3 or parts[0] != "si" or not parts[2]:
+        return False
+    try:
+        float(parts[1])
+    except ValueError:
+        return False
+    return True
 
 
 _SI_S = "si:1e-9:s"

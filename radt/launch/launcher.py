@@ -267,7 +267,7 @@ def _leave_to_sync(run: RecordedRun, child: Child, signum: int) -> None:
     child.signal_group(signal.SIGKILL)  # whatever the command left running
     state = run.state
     log.info(
-        f"radT received {signal.Signals(signum).name} again: stopped before the record of run "
+        f"received {signal.Signals(signum).name} again: stopped before the record of run "
         f"{run.run_id} was finished; `radt sync` will finish it ({state.status}, exit code "
         f"{state.exit_code}, kept in {run.folder.path})"
     )

@@ -111,7 +111,11 @@ class Supervisor:
         self.signum = signum
         self.reason = f"radT received {signal.Signals(signum).name}"
         self._kill_at = time.monotonic() + self.grace_s
-        self.warn(f"{self.reason}; stopping the command (again to kill it at once)")
+        # printed after "radt: ", so radT is not named again; the stored reason names it
+        self.warn(
+            f"received {signal.Signals(signum).name}; stopping the command "
+            "(again to kill it at once)"
+        )
         self._signal_all(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
 
     def _after_end(self, signum: int) -> None:
@@ -123,7 +127,7 @@ class Supervisor:
         if self.late_signum is None and self.signum is None:
             self.late_signum = signum
         self.warn(
-            f"radT received {name} after the command ended; finishing its record "
+            f"received {name} after the command ended; finishing its record "
             "(again to leave it to `radt sync`)"
         )
 

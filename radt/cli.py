@@ -656,8 +656,9 @@ def run_sync(argv: list[str]) -> int:
         print("\n".join(lines) if lines else f"nothing waiting in {root}")
         return 0
     from radt.analysis.closing import summarize
+    from radt.launch.group import end_job_run
 
-    return sync(root, summarize)
+    return sync(root, summarize, end_job_run)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from radt.console import guard_std_streams, install_lines
 from radt.errors import RadtError, UsageError
+from radt.launch.command import add_listener_option, parse_listener_options, parse_pairs
 from radt.tags import MODES, Mode
 
 if TYPE_CHECKING:
@@ -223,44 +224,6 @@ def split_argv(argv: list[str], parser: argparse.ArgumentParser) -> tuple[list[s
             i += 1
         i += 1
     return argv, []
-
-
-def parse_pairs(
-    pairs: list[str], what: str, form: str = "KEY=VALUE, e.g. team=vision"
-) -> dict[str, str]:
-    """Parse ``KEY=VALUE`` strings; raise UsageError, showing ``form``, for a malformed one."""
-    parsed = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"malformed {what} {pair!r}: expected {form}")
-        parsed[key.strip()] = value
-    return parsed
-
-
-def add_listener_option(parser: argparse.ArgumentParser, example: str) -> None:
-    """The ``-o/--listener-option LISTENER.KEY=VALUE`` argument (read by
-    :func:`parse_listener_options`), with ``example`` in its help."""
-    parser.add_argument(
-        "-o",
-        "--listener-option",
-        action="append",
-        default=[],
-        metavar="LISTENER.KEY=VALUE",
-        help=f"an option for one listener, e.g. {example}; repeatable",
-    )
-
-
-def parse_listener_options(pairs: list[str]) -> dict[str, dict[str, str]]:
-    """``top.per_core=1`` → ``{"top": {"per_core": "1"}}``."""
-    form = "LISTENER.KEY=VALUE, e.g. top.per_core=1 (`radt listeners NAME` lists the keys)"
-    options: dict[str, dict[str, str]] = {}
-    for key, value in parse_pairs(pairs, "listener option", form).items():
-        listener, dot, name = key.partition(".")
-        if not dot or not name or not listener:
-            raise UsageError(f"malformed listener option {key!r}: expected {form}")
-        options.setdefault(listener, {})[name] = value
-    return options
 
 
 def parse_devices(text: str | None) -> list[str]:

@@ -1,6 +1,8 @@
 """The product code's module graph: no import circles, and the layering of docs/architecture.md
 ("Layers"). Every import counts, one inside a function too (deferring it hides a circle, it does
-not remove it); only an import under ``if TYPE_CHECKING:`` does not."""
+not remove it); only an import under ``if TYPE_CHECKING:`` does not, nor one under ``if __name__
+== "__main__":`` (the module run as a program is another module, ``__main__``, as radt/__main__.py
+is: ``python -m radt.warm`` imports radt.cli, which imports radt.warm, no circle)."""
 
 from __future__ import annotations
 
@@ -25,19 +27,31 @@ def module_names(root: Path = REPO, folders: dict[str, str] = FOLDERS) -> dict[s
     return found
 
 
-def _type_checking(test: ast.expr) -> bool:
-    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+def _not_imported(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``), or ``if __name__ == "__main__":``:
+    a body that importing the module does not run."""
     if isinstance(test, ast.Name):
         return test.id == "TYPE_CHECKING"
-    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    if isinstance(test, ast.Attribute):
+        return test.attr == "TYPE_CHECKING"
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
 
 
 def _imports(tree: ast.AST):
-    """Every Import and ImportFrom node, at any depth, except under ``if TYPE_CHECKING:``."""
+    """Every Import and ImportFrom node, at any depth, except under ``if TYPE_CHECKING:`` or
+    ``if __name__ == "__main__":``."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _type_checking(node.test):
+        if isinstance(node, ast.If) and _not_imported(node.test):
             stack.extend(node.orelse)
             continue
         if isinstance(node, ast.Import | ast.ImportFrom):
@@ -159,7 +173,8 @@ def broken_rules(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_checker_finds_a_circle(tmp_path):
     """The test below could fail: a small package with a circle through a deferred import, a
-    relative import and a package ``__init__``, and an arrow hidden from it by TYPE_CHECKING."""
+    relative import and a package ``__init__``, and arrows that importing does not follow (under
+    TYPE_CHECKING, and a program's ``__main__`` block)."""
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)
     (package / "__init__.py").write_text("from .a import f\n")
@@ -170,11 +185,15 @@ def test_the_checker_finds_a_circle(tmp_path):
     (package / "d.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import e\n"
     )
-    (package / "e.py").write_text("from pkg.d import x\n")
+    (package / "e.py").write_text(
+        "from pkg.d import x\nif __name__ == '__main__':\n    import pkg.f\nelse:\n    import pkg\n"
+    )
+    (package / "f.py").write_text("import pkg.e\n")
     graph = module_graph(tmp_path, {"pkg": "pkg"})
     assert graph["pkg"] == {"pkg.a"}
     assert graph["pkg.sub.b"] == {"pkg.c"}
     assert graph["pkg.d"] == set()
+    assert graph["pkg.e"] == {"pkg.d", "pkg"} and graph["pkg.f"] == {"pkg.e"}
     assert circles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
     assert circles({"x": {"x"}, "y": set()}) == [["x"]]
 

@@ -46,7 +46,7 @@ from radt.plans.study import (
     read_study,
 )
 from radt.plans.studyfile import write_progress
-from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path
+from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path, write_results
 from radt.tags import RADT_STUDY, RADT_STUDY_FILE, RADT_STUDY_PROGRESS, RADT_STUDY_WORKLOADS, Mode
 from radt.tracking import experiment_id
 from radt.words import count
@@ -669,7 +669,7 @@ class _Run:
             self.interrupted = self.interrupted or interrupted
             if interrupted and status != FINISHED:
                 status = "KILLED"  # runs again, as an interrupted workload does
-            plan.record(workload, {row.line: (status, run_id) for row in workload.rows})
+            write_results(plan, workload, {row.line: (status, run_id) for row in workload.rows})
             self._record_status(workload.name, status, run_id)
             log.info(f"workload {workload.label}: {status} (job run {run_id or 'none'})")
             if self.interrupted:

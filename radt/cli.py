@@ -483,7 +483,7 @@ def run_launcher(argv: list[str]) -> int:
 
             return run_task(Path(args.slurm_task), options)
         if args.slurm_close:
-            from radt.slurm.dispatch import close_plan
+            from radt.plans.studyrun import close_plan
 
             return close_plan(Path(command[0]), Path(args.slurm_close), options, study=study)
         if study:

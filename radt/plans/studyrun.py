@@ -578,6 +578,23 @@ def close_study(options: StudyOptions) -> int:
     return 0
 
 
+def close_plan(target: Path, plan_path: Path, options, *, study: bool) -> int:
+    """The closing job (``radt TARGET --slurm-close PLAN``, submitted with ``afterany`` on the
+    workload jobs): record the jobs that ended, their runs closed and Slurm's endings named,
+    and for a study end the study run once no workload job is left."""
+    from radt.slurm.dispatch import Dispatch, SlurmRequest
+    from radt.slurm.options import SlurmOptions
+
+    options = replace(options, slurm=options.slurm or SlurmRequest(), path=plan_path)
+    if study:
+        return close_study(StudyOptions(target, options, plan_path=plan_path))
+    client, uri, _ = open_store(options.tracking_uri)
+    left = Dispatch(plan_path, SlurmOptions(), options.slurm, client, uri).refresh()
+    if left:
+        log.info(f"{count(len(left), 'workload')} still in Slurm")
+    return 0
+
+
 class _Run:
     """One invocation of a study that runs."""
 

@@ -724,23 +724,3 @@ def run_on_slurm(
 def close_on_slurm(dispatch: Dispatch) -> bool:
     """The closing job's work: record the jobs that ended; True when none is left in Slurm."""
     return not dispatch.refresh()
-
-
-def close_plan(target: Path, plan_path: Path, options, *, study: bool) -> int:
-    """The closing job (``radt TARGET --slurm-close PLAN``, submitted with ``afterany`` on the
-    workload jobs): record the jobs that ended, their runs closed and Slurm's endings named,
-    and for a study end the study run once no workload job is left."""
-    from dataclasses import replace
-
-    from radt.launch.launcher import open_store
-
-    options = replace(options, slurm=options.slurm or SlurmRequest(), path=plan_path)
-    if study:
-        from radt.plans.studyrun import StudyOptions, close_study
-
-        return close_study(StudyOptions(target, options, plan_path=plan_path))
-    client, uri, _ = open_store(options.tracking_uri)
-    left = Dispatch(plan_path, SlurmOptions(), options.slurm, client, uri).refresh()
-    if left:
-        log.info(f"{count(len(left), 'workload')} still in Slurm")
-    return 0

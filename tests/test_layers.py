@@ -130,44 +130,89 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-def _inside(module: str, package: str) -> bool:
-    return module == package or module.startswith(package + ".")
+def _inside(module: str, packages: str | tuple[str, ...]) -> bool:
+    """``module`` is one of ``packages`` or inside one."""
+    packages = (packages,) if isinstance(packages, str) else packages
+    return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-# docs/architecture.md, "Layers": (importer, imported, exceptions, why). A module inside the
-# first package imports nothing inside the second, except the modules named.
+HELPERS = (
+    "radt.errors",
+    "radt.tags",
+    "radt.tools",
+    "radt.placeholders",
+    "radt.words",
+    "radt.gpus",
+    "radt.console",
+    "radt.tracking",
+    "radt.quantities",
+)
+"""The helpers at the bottom: each imports only other helpers."""
+KIT = "radt.listener"
+UI_AND_CLI = ("radt.frontend", "radt.cli", "radt.doctor", "radt.warm")
+
+# docs/architecture.md, "Layers": (importers, only, never, why). A module inside one of the
+# importers imports, outside its own package, only modules inside ``only`` (when given) and no
+# module inside ``never``.
 RULES = [
-    ("radt.record", "radt.launch", (), "recording is below launching"),
-    ("radt.record", "radt.analysis", (), "recording never imports the analysis"),
-    ("radt.record", "radt.plans", (), "recording is below the plans"),
-    ("radt.launch", "radt.plans", (), "a plan runs commands through launch, not the reverse"),
-    ("radt.launch", "radt.slurm", (), "Slurm dispatches plans, launch knows only its job"),
-    ("radt.analysis", "radt.launch", (), "the analysis reads MLflow, never the launcher"),
-    ("radt.analysis", "radt.record", (), "the analysis reads MLflow, never the recorder"),
-    ("radt.analysis", "radt.plans", (), "the analysis reads MLflow, never the plans"),
-    ("radt.analysis", "radt.frontend", (), "the UI is above the analysis"),
-    ("radt.analysis", "radt.cli", (), "the command line is above the analysis"),
-    ("radt.listeners", "radt", ("radt.listener", "radt.quantities"), "a listener's kit only"),
-    ("radt.run_api", "radt", ("radt.listener",), "the run API imports no more of radT"),
-    ("radt.frontend", "radt.launch", (), "the UI reads runs only"),
-    ("radt.frontend", "radt.record", (), "the UI reads runs only"),
+    (HELPERS, HELPERS, (), "a helper imports only helpers"),
+    ((KIT,), HELPERS, (), "the listener kit imports only helpers"),
+    (("radt.run_api",), (*HELPERS, KIT), (), "the run API imports only helpers and the kit"),
+    (
+        ("radt.listeners",),
+        (*HELPERS, KIT, "radt.slurm.jobenv"),
+        (),
+        "a listener imports only the kit, helpers and its Slurm job's GPUs",
+    ),
+    (("radt.collocation",), HELPERS, (), "collocation imports only helpers"),
+    (
+        ("radt.record",),
+        (*HELPERS, KIT, "radt.run_api"),
+        (),
+        "recording imports only helpers, the kit and the run API (never launch or analysis)",
+    ),
+    (
+        ("radt.launch",),
+        None,
+        ("radt.plans", "radt.collocation", *UI_AND_CLI),
+        "launching is below the plans, collocation, the UI and the command line",
+    ),
+    (
+        ("radt.analysis",),
+        None,
+        ("radt.collocation", "radt.slurm", *UI_AND_CLI),
+        "the analysis is below the UI and the command line, beside collocation and Slurm",
+    ),
+    (("radt.plans", "radt.slurm"), None, UI_AND_CLI, "plans are below the UI and command line"),
+    (
+        ("radt.frontend",),
+        None,
+        ("radt.launch", "radt.record", "radt.plans", "radt.slurm", "radt.collocation"),
+        "the UI reads runs through the analysis only",
+    ),
 ]
-"""Lower layers first: recording, launching, the plans and Slurm above them; the analysis
-beside them, reading MLflow only; the UI and the command line on top."""
+"""Lower layers first."""
+IMPORTED_ONLY_BY = [
+    ("radt.cli", ("radt.__main__",), "the command line is the top"),
+    ("radt.frontend", ("radt.cli",), "the UI is started by `radt ui` only"),
+    ("radt.integrations", ("radt.autologging",), "the callbacks are imported by scripts"),
+]
+"""(module or package, the only modules outside it that import it, why)."""
 
 
 def broken_rules(graph: dict[str, set[str]]) -> list[str]:
     """One line per arrow that a rule forbids: ``importer → imported (why)``."""
     broken = []
     for importer, imported in sorted((a, b) for a, targets in graph.items() for b in targets):
-        for source, target, allowed, why in RULES:
-            if not _inside(importer, source) or not _inside(imported, target):
-                continue
-            if _inside(imported, source):
-                continue  # within its own package (radt.listeners inside radt)
-            if any(_inside(imported, ok) for ok in allowed):
-                continue
-            broken.append(f"{importer} → {imported} ({why})")
+        for importers, only, never, why in RULES:
+            own = [p for p in importers if _inside(importer, p)]
+            if not own or _inside(imported, own[0]):
+                continue  # not this rule's, or within its own package
+            if (only is not None and not _inside(imported, only)) or _inside(imported, never):
+                broken.append(f"{importer} → {imported} ({why})")
+        for target, by, why in IMPORTED_ONLY_BY:
+            if _inside(imported, target) and not _inside(importer, (target, *by)):
+                broken.append(f"{importer} → {imported} ({why})")
     return broken
 
 
@@ -199,12 +244,22 @@ def test_the_checker_finds_a_circle(tmp_path):
 
 
 def test_the_checker_finds_a_broken_rule():
-    """The layering check could fail: an arrow from recording to launching is named."""
-    graph = {"radt.record.sync": {"radt.launch.group", "radt.tags"}, "radt.listeners.x": set()}
-    graph["radt.listeners.nvml"] = {"radt.listener", "radt.listeners._gpus", "radt.tracking"}
+    """The layering check could fail: an arrow from recording to launching is named, and so is
+    a listener's beyond its kit, and an import of the command line."""
+    graph = {
+        "radt.record.sync": {"radt.launch.group", "radt.tags", "radt.record.spool"},
+        "radt.listeners.nvml": {KIT, "radt.listeners._gpus", "radt.record.spool"},
+        "radt.launch.launcher": {"radt.record.sync", "radt.cli"},
+        "radt.__main__": {"radt.cli"},
+    }
     assert broken_rules(graph) == [
-        "radt.listeners.nvml → radt.tracking (a listener's kit only)",
-        "radt.record.sync → radt.launch.group (recording is below launching)",
+        "radt.launch.launcher → radt.cli (launching is below the plans, collocation, the UI and "
+        "the command line)",
+        "radt.launch.launcher → radt.cli (the command line is the top)",
+        "radt.listeners.nvml → radt.record.spool (a listener imports only the kit, helpers and "
+        "its Slurm job's GPUs)",
+        "radt.record.sync → radt.launch.group (recording imports only helpers, the kit and the "
+        "run API (never launch or analysis))",
     ]
 
 

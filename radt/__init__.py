@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported on first use (below): `radt COMMAND` and `radt --help` need none
     from radt import run
-    from radt.analysis.figures import summarize_samples
     from radt.analysis.frontier import frontier
     from radt.analysis.load import load, load_wide
     from radt.analysis.phases import phases
     from radt.analysis.report import report
     from radt.analysis.summary import loader_summary, repeats, repeats_summary, summary
+    from radt.analysis.windows import summarize_samples
     from radt.autologging import autolog
     from radt.listener import Listener, PolledListener, RunContext, Sample, SampleBatch
     from radt.run import log_metric, log_metrics
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # imported on first use (below): `radt COMMAND` and `radt --h
 
 _PUBLIC = {
     "run": ".run",
-    "summarize_samples": ".analysis.figures",
+    "summarize_samples": ".analysis.windows",
     "frontier": ".analysis.frontier",
     "load": ".analysis.load",
     "load_wide": ".analysis.load",

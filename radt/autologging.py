@@ -30,12 +30,12 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from radt import run_api
-from radt.console import install_lines
+from radt.integrations import _say, batch_size
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +76,6 @@ def _guarded(hook: Callable[[ModuleType], None], module: ModuleType) -> None:
         hook(module)
     except Exception as exc:  # the training goes on, uncounted
         _say(f"--autolog cannot hook into {module.__name__}: {exc}")
-
-
-def _say(message: str) -> None:
-    """One line from radT in the training process (``radt: …`` on stderr, as the run API's)."""
-    install_lines()
-    logger.warning(message)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -143,24 +137,6 @@ class _Held:
 _held = _Held()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_held.reset)
-
-
-def batch_size(batch: Any) -> int | None:
-    """The first dimension of the first tensor in ``batch`` (through tuples, lists and
-    mappings), or None when there is none."""
-    torch = sys.modules["torch"]
-    stack = [batch]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            if item.dim() >= 1:
-                return int(item.shape[0])
-            continue
-        if isinstance(item, Mapping):
-            stack.extend(reversed(list(item.values())))
-        elif isinstance(item, (tuple, list)):
-            stack.extend(reversed(item))
-    return None
 
 
 def _install_torch() -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from radt.console import guard_std_streams, install_lines
 from radt.errors import RadtError, UsageError
+from radt.launch.command import add_listener_option, parse_listener_options, parse_pairs
 from radt.tags import MODES, Mode
 
 if TYPE_CHECKING:
@@ -275,44 +276,6 @@ def _is_command(arg: str) -> bool:
     return arg.endswith((".py", ".sh")) or os.path.exists(arg) or shutil.which(arg) is not None
 
 
-def parse_pairs(
-    pairs: list[str], what: str, form: str = "KEY=VALUE, e.g. team=vision"
-) -> dict[str, str]:
-    """Parse ``KEY=VALUE`` strings; raise UsageError, showing ``form``, for a malformed one."""
-    parsed = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"malformed {what} {pair!r}: expected {form}")
-        parsed[key.strip()] = value
-    return parsed
-
-
-def add_listener_option(parser: argparse.ArgumentParser, example: str) -> None:
-    """The ``-o/--listener-option LISTENER.KEY=VALUE`` argument (read by
-    :func:`parse_listener_options`), with ``example`` in its help."""
-    parser.add_argument(
-        "-o",
-        "--listener-option",
-        action="append",
-        default=[],
-        metavar="LISTENER.KEY=VALUE",
-        help=f"an option for one listener, e.g. {example}; repeatable",
-    )
-
-
-def parse_listener_options(pairs: list[str]) -> dict[str, dict[str, str]]:
-    """``top.per_core=1`` → ``{"top": {"per_core": "1"}}``."""
-    form = "LISTENER.KEY=VALUE, e.g. top.per_core=1 (`radt listeners NAME` lists the keys)"
-    options: dict[str, dict[str, str]] = {}
-    for key, value in parse_pairs(pairs, "listener option", form).items():
-        listener, dot, name = key.partition(".")
-        if not dot or not name or not listener:
-            raise UsageError(f"malformed listener option {key!r}: expected {form}")
-        options.setdefault(listener, {})[name] = value
-    return options
-
-
 def parse_devices(text: str | None) -> list[str]:
     """``0,1``, ``1+2`` (the original radT's form) or UUIDs → ids; UsageError for anything else."""
     if text is None:
@@ -573,7 +536,7 @@ def run_launcher(argv: list[str]) -> int:
 
             return run_task(Path(args.slurm_task), options)
         if args.slurm_close:
-            from radt.slurm.dispatch import close_plan
+            from radt.plans.studyrun import close_plan
 
             return close_plan(Path(command[0]), Path(args.slurm_close), options, study=study)
         if study:
@@ -709,8 +672,9 @@ def run_sync(argv: list[str]) -> int:
         print("\n".join(lines) if lines else f"nothing waiting in {root}")
         return 0
     from radt.analysis.closing import summarize
+    from radt.launch.group import end_job_run
 
-    return sync(root, summarize)
+    return sync(root, summarize, end_job_run)
 
 
 def main(argv: list[str] | None = None) -> int:

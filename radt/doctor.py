@@ -525,7 +525,7 @@ def run_doctor(argv: list[str]) -> int:
     """``radt doctor``: what this machine lets radT measure and control."""
     parser = argparse.ArgumentParser(prog="radt doctor", description=run_doctor.__doc__)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    from radt.cli import add_listener_option, parse_listener_options
+    from radt.launch.command import add_listener_option, parse_listener_options
 
     add_listener_option(parser, "rapl.root=PATH")
     parser.add_argument(

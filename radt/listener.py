@@ -14,6 +14,7 @@ before it starts (:meth:`Listener.wrap`) and collect their report after it ends
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import subprocess
@@ -81,6 +82,22 @@ class Sample(NamedTuple):
     value: float
 
 
+@functools.cache
+def sample_schema() -> pa.Schema:
+    """The columns samples are held in, by a :class:`SampleBatch` and in the spool
+    (:mod:`radt.record.spool`): ``timestamp`` (µs, UTC), ``key``, ``value``. Made on first use,
+    so that importing the kit imports no pyarrow."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("key", pa.string()),
+            ("value", pa.float64()),
+        ]
+    )
+
+
 class SampleBatch:
     """Many samples as columns: what a listener with many keys or a high rate hands over.
 
@@ -108,8 +125,7 @@ class SampleBatch:
         import numpy as np
         import pyarrow as pa
 
-        from radt.record.spool import SCHEMA
-
+        schema = sample_schema()
         if not isinstance(keys, (pa.Array, pa.ChunkedArray)):
             keys = pa.array(keys, pa.string())
         elif pa.types.is_dictionary(keys.type):
@@ -125,8 +141,8 @@ class SampleBatch:
                 raise ValueError(f"{len(keys)} keys but {seconds.size} timestamps")
             micros = np.rint(seconds * 1e6).astype(np.int64)
         table = pa.table(
-            [pa.array(micros).cast(SCHEMA.field("timestamp").type), keys, pa.array(number)],
-            schema=SCHEMA,
+            [pa.array(micros).cast(schema.field("timestamp").type), keys, pa.array(number)],
+            schema=schema,
         )
         missing = np.isnan(number)
         self.table: pa.Table = table.filter(pa.array(~missing)) if missing.any() else table

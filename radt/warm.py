@@ -30,6 +30,7 @@ import stat
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -265,8 +266,9 @@ def start(path: Path) -> None:
 # The warm launcher itself.
 
 
-def serve(path: Path, idle: float) -> int:
-    """Preload radT and MLflow, then fork one launcher per caller until idle for ``idle`` s."""
+def serve(path: Path, idle: float, main: Callable[[list[str]], int]) -> int:
+    """Preload radT and MLflow, then fork one launcher per caller until idle for ``idle`` s;
+    each runs the caller's arguments through ``main`` (:func:`radt.cli.main`)."""
     import fcntl
 
     lock = open(path.with_suffix(".lock"), "a+")  # noqa: SIM115 - held for its whole life
@@ -310,14 +312,16 @@ def serve(path: Path, idle: float) -> int:
                 conn, _ = server.accept()
             except TimeoutError:
                 return 0
-            _serve_one(conn, server, lock)
+            _serve_one(conn, server, lock, main)
     finally:
         with contextlib.suppress(OSError):
             if path.stat().st_ino == inode:
                 path.unlink()
 
 
-def _serve_one(conn: socket.socket, server: socket.socket, lock) -> None:
+def _serve_one(
+    conn: socket.socket, server: socket.socket, lock, main: Callable[[list[str]], int]
+) -> None:
     fds: list[int] = []
     try:
         conn.settimeout(10)
@@ -335,7 +339,7 @@ def _serve_one(conn: socket.socket, server: socket.socket, lock) -> None:
         try:
             server.close()
             lock.close()
-            code = _attend(conn, request, fds)
+            code = _attend(conn, request, fds, main)
         except BaseException:
             code = 1
         os._exit(code)
@@ -365,14 +369,16 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return request, fds
 
 
-def _attend(conn: socket.socket, request: dict, fds: list[int]) -> int:
+def _attend(
+    conn: socket.socket, request: dict, fds: list[int], main: Callable[[list[str]], int]
+) -> int:
     """In a fork: run the caller's radT in a fork of its own, tell the caller its pid and,
     when it ends, its exit code; a caller that goes away hangs it up (SIGHUP)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     pid = os.fork()
     if pid == 0:
         conn.close()
-        os._exit(_run_radt(request, fds))
+        os._exit(_run_radt(request, fds, main))
     for fd in fds:
         os.close(fd)
     conn.sendall(f"pid {pid}\n".encode())
@@ -393,7 +399,7 @@ def _attend(conn: socket.socket, request: dict, fds: list[int]) -> int:
     return 0
 
 
-def _run_radt(request: dict, fds: list[int]) -> int:
+def _run_radt(request: dict, fds: list[int], main: Callable[[list[str]], int]) -> int:
     """In the run's fork: become the caller (folder, environment, umask, streams), run radT."""
     global _served
     _served = True  # this fork runs the command itself: radt.cli must not ask again
@@ -417,8 +423,6 @@ def _run_radt(request: dict, fds: list[int]) -> int:
     sys.stdout = open(1, "w", buffering=1 if tty else -1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
     sys.argv = [sys.argv[0], *request["argv"]]
-    from radt.cli import main
-
     try:
         code = main(list(request["argv"]))
     except SystemExit as exc:
@@ -441,7 +445,8 @@ def _run_radt(request: dict, fds: list[int]) -> int:
 if __name__ == "__main__":
     # radt.warm's own functions, not this __main__ copy's: a fork's _served must be the one
     # that `radt.cli` reads, else it would ask the warm launcher again
+    from radt.cli import main as _main
     from radt.warm import idle_s as _idle_s
     from radt.warm import serve as _serve
 
-    sys.exit(_serve(Path(sys.argv[1]), _idle_s()))
+    sys.exit(_serve(Path(sys.argv[1]), _idle_s(), _main))

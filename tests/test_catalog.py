@@ -15,9 +15,9 @@ from radt.frontend.pages.runs import COLUMNS as GRID_COLUMNS
 from radt.analysis.catalog import CATALOG, DOCS, HEADLINE, REPEATED, WINDOW_FIGURES
 from radt.analysis.closing import HEADLINE as CLOSING_HEADLINE
 from radt.analysis.export import runs_table
-from radt.analysis.figures import FIGURES, run_figures
+from radt.analysis.figures import FIGURES
 from radt.analysis.summary import COLUMNS, REPEAT_FIGURES
-from radt.analysis.windows import window_figures
+from radt.analysis.windows import run_figures, window_figures
 
 DOC = (REPO / DOCS).read_text()
 

@@ -15,7 +15,7 @@ import torch
 @pytest.fixture
 def radt_lines(caplog):
     """The training process's radT lines (their logger does not propagate to the root)."""
-    logger = logging.getLogger("radt.autologging")
+    logger = logging.getLogger("radt.integrations")
     logger.addHandler(caplog.handler)
     yield caplog
     logger.removeHandler(caplog.handler)

@@ -25,7 +25,7 @@ from radt.plans.model import (
     format_problems,
 )
 from radt.plans.read import parse_collocation, read_plan
-from radt.plans.writeback import lock_path
+from radt.plans.writeback import lock_path, write_results
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -204,7 +204,7 @@ def test_a_byte_order_mark_is_ignored_and_kept(work):
     path = work / "plan.csv"
     path.write_bytes(b"\xef\xbb\xbf" + ORIGINAL.encode())
     plan = read_plan(path)
-    plan.record(plan.workloads[1], {4: ("FINISHED", "r1")})
+    write_results(plan, plan.workloads[1], {4: ("FINISHED", "r1")})
     data = path.read_bytes()
     assert data.startswith(b"\xef\xbb\xbfExperiment, Workload")
     assert b"1, 2, FINISHED, r1, 0, mps:50" in data
@@ -651,8 +651,8 @@ def test_pending_skips_finished_and_failed_unless_rerun():
 def test_pending_after_a_re_read(work):
     path = write(work, ORIGINAL)
     plan = read_plan(path)
-    plan.record(plan.workloads[0], {2: ("FINISHED", "r1"), 3: ("FAILED", "r2")})
-    plan.record(plan.workloads[1], {4: ("FINISHED", "r3")})
+    write_results(plan, plan.workloads[0], {2: ("FINISHED", "r1"), 3: ("FAILED", "r2")})
+    write_results(plan, plan.workloads[1], {4: ("FINISHED", "r3")})
     again = read_plan(path)
     assert again.pending() == []
     assert [w.label for w in again.pending(rerun=True)] == ["1/1"]
@@ -675,7 +675,7 @@ def test_record_changes_only_status_and_run(work):
     path = write(work, text)
     plan = read_plan(path)
     workload = plan.workloads[0]
-    plan.record(workload, {4: ("FINISHED", "0123abcd"), 5: ("failed", "4567ef")})
+    write_results(plan, workload, {4: ("FINISHED", "0123abcd"), 5: ("failed", "4567ef")})
     expected = text.replace("base, , ,", "base, FINISHED, 0123abcd,").replace(
         "two,  -  , -,", "two,  FAILED  , 4567ef,"
     )
@@ -698,8 +698,8 @@ def test_record_without_spaces_keeps_crlf_and_quotes_where_needed(work):
         b"1,2,,,examples/train.py,--b"
     )
     plan = read_plan(path)
-    plan.record(plan.workloads[0], {2: ("KILLED", 'odd, "id"')})
-    plan.record(plan.workloads[1], {3: ("FINISHED", "r2")})
+    write_results(plan, plan.workloads[0], {2: ("KILLED", 'odd, "id"')})
+    write_results(plan, plan.workloads[1], {3: ("FINISHED", "r2")})
     assert path.read_bytes() == (
         b"Experiment,Workload,Status,Run,File,Params\r\n"
         b'1,1,KILLED,"odd, ""id""",examples/train.py,"--a ""x"""\r\n'
@@ -714,7 +714,7 @@ def test_record_adds_missing_status_and_run_columns(work):
         "Experiment, Workload, File\n1, 1, examples/train.py\n1, 2, examples/train.py\n",
     )
     plan = read_plan(path)
-    plan.record(plan.workloads[1], {3: ("FINISHED", "r9")})
+    write_results(plan, plan.workloads[1], {3: ("FINISHED", "r9")})
     assert path.read_text() == (
         "Experiment, Workload, File, Status, Run\n"
         "1, 1, examples/train.py\n"
@@ -728,7 +728,7 @@ def test_record_keeps_a_multi_line_cell(work):
     text = HEADER + '1, 1, , , 0, naive, examples/train.py, , "--a\n--b"\n'
     path = write(work, text)
     plan = read_plan(path)
-    plan.record(plan.workloads[0], {2: ("FINISHED", "r")})
+    write_results(plan, plan.workloads[0], {2: ("FINISHED", "r")})
     assert path.read_text() == text.replace("1, 1, , ,", "1, 1, FINISHED, r,")
 
 
@@ -736,7 +736,7 @@ def test_record_finds_its_row_after_the_file_was_edited(work):
     path = write(work, ORIGINAL)
     plan = read_plan(path)
     path.write_text("# a note added while running\n" + path.read_text())
-    plan.record(plan.workloads[1], {4: ("FINISHED", "r3")})
+    write_results(plan, plan.workloads[1], {4: ("FINISHED", "r3")})
     assert "1, 2, FINISHED, r3, 0, mps:50" in path.read_text()
     assert read_plan(path).workloads[1].rows[0].line == 5
 
@@ -745,10 +745,10 @@ def test_record_refuses_when_the_row_is_gone_and_rejects_stray_lines(work):
     path = write(work, ORIGINAL)
     plan = read_plan(path)
     with pytest.raises(ValueError, match="not rows of workload 1/2"):
-        plan.record(plan.workloads[1], {2: ("FINISHED", "x")})
+        write_results(plan, plan.workloads[1], {2: ("FINISHED", "x")})
     path.write_text(HEADER + "1, 1, , , 0, 3g.40gb, examples/train.py, smi+top, \n")
     with pytest.raises(UsageError, match="changed while radT ran"):
-        plan.record(plan.workloads[1], {4: ("FINISHED", "x")})
+        write_results(plan, plan.workloads[1], {4: ("FINISHED", "x")})
 
 
 def test_record_is_atomic(work, monkeypatch):
@@ -756,7 +756,7 @@ def test_record_is_atomic(work, monkeypatch):
     os.chmod(path, 0o640)
     inode = path.stat().st_ino
     plan = read_plan(path)
-    plan.record(plan.workloads[0], {2: ("FINISHED", "r1")})
+    write_results(plan, plan.workloads[0], {2: ("FINISHED", "r1")})
     assert path.stat().st_ino != inode  # replaced, not rewritten in place
     assert oct(path.stat().st_mode & 0o777) == oct(0o640)
     assert sorted(p.name for p in work.iterdir()) == ["examples", "plan.csv"]
@@ -769,7 +769,7 @@ def test_record_is_atomic(work, monkeypatch):
 
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError):
-        plan.record(plan.workloads[1], {4: ("FINISHED", "r3")})
+        write_results(plan, plan.workloads[1], {4: ("FINISHED", "r3")})
     assert path.read_text() == before
     assert sorted(p.name for p in work.iterdir()) == ["examples", "plan.csv"]
 
@@ -779,7 +779,7 @@ def test_record_through_a_symlink_keeps_the_link(work):
     link = work / "plan.csv"
     link.symlink_to(real)
     plan = read_plan(link)
-    plan.record(plan.workloads[1], {4: ("FINISHED", "r3")})
+    write_results(plan, plan.workloads[1], {4: ("FINISHED", "r3")})
     assert link.is_symlink()
     assert "FINISHED, r3" in real.read_text()
 
@@ -791,7 +791,7 @@ def test_record_waits_for_the_lock(work):
     with open(lock_path(path), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         writer = threading.Thread(
-            target=plan.record, args=(plan.workloads[1], {4: ("FINISHED", "r3")})
+            target=write_results, args=(plan, plan.workloads[1], {4: ("FINISHED", "r3")})
         )
         writer.start()
         time.sleep(0.3)
@@ -816,7 +816,9 @@ def test_concurrent_threads_never_lose_updates(work):
         barrier.wait()
         for attempt in range(3):
             workload = plan.workloads[i]
-            plan.record(workload, {workload.rows[0].line: ("FINISHED", f"run{i}-{attempt}")})
+            write_results(
+                plan, workload, {workload.rows[0].line: ("FINISHED", f"run{i}-{attempt}")}
+            )
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
     for thread in threads:
@@ -834,13 +836,14 @@ def test_concurrent_processes_never_lose_updates(work):
         "import sys, time\n"
         "from pathlib import Path\n"
         "from radt.plans.read import read_plan\n"
+        "from radt.plans.writeback import write_results\n"
         "i = int(sys.argv[1])\n"
         "plan = read_plan(Path(sys.argv[2]))\n"
         "while not Path('go').exists():\n"
         "    time.sleep(0.01)\n"
         "for n in range(5):\n"
         "    w = plan.workloads[i]\n"
-        "    plan.record(w, {w.rows[0].line: ('FINISHED', f'p{i}-{n}')})\n"
+        "    write_results(plan, w, {w.rows[0].line: ('FINISHED', f'p{i}-{n}')})\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [
@@ -858,7 +861,7 @@ def test_trailing_commas_from_a_spreadsheet_are_fine(work):
     path = write(work, text)
     plan = read_plan(path)
     assert [w.label for w in plan.workloads] == ["1/1", "1/2"]
-    plan.record(plan.workloads[0], {2: ("FINISHED", "r1")})
+    write_results(plan, plan.workloads[0], {2: ("FINISHED", "r1")})
     assert path.read_text().splitlines() == [
         "Experiment,Workload,File,,,Status,Run",
         "1,1,examples/train.py,,,FINISHED,r1",
@@ -875,5 +878,5 @@ def test_a_value_under_a_nameless_column(work):
 def test_record_pads_a_short_row(work):
     path = write(work, HEADER + "1, 1, , , 0, naive, examples/train.py\n")
     plan = read_plan(path)
-    plan.record(plan.workloads[0], {2: ("FINISHED", "r1")})
+    write_results(plan, plan.workloads[0], {2: ("FINISHED", "r1")})
     assert path.read_text() == HEADER + "1, 1, FINISHED, r1, 0, naive, examples/train.py\n"

@@ -15,6 +15,7 @@ from radt.plans import columns
 from radt.plans.columns import PlanColumn
 from radt.plans.model import PlanError
 from radt.plans.read import read_plan
+from radt.plans.writeback import write_results
 from radt.tags import RADT_JOB, RADT_JOB_IGNORE, RADT_WARMUP_EPOCHS, RADT_WARMUP_S
 
 
@@ -70,7 +71,7 @@ def test_a_column_only_in_the_table_is_kept_when_results_are_written_back(seed_c
     plan_path.write_text(PLAN)
     plan = read_plan(plan_path, cwd=tmp_path)
     first = plan.workloads[0]
-    plan.record(first, {first.rows[0].line: ("FINISHED", "abc123")})
+    write_results(plan, first, {first.rows[0].line: ("FINISHED", "abc123")})
     assert plan_path.read_text().splitlines()[:2] == [
         "Experiment, Workload, File, Listeners, Seed, Status, Run",
         "e, one, job.py, none, 7, FINISHED, abc123",

@@ -985,14 +985,14 @@ def test_timeline_reads_samples_and_tags():
 
 def test_a_figure_that_cannot_be_computed_never_stops_the_run_completing(store, monkeypatch):
     """A fault in the closing arithmetic (injected here) leaves a FINISHED run and a note."""
-    import radt.analysis.summary as summary_module
+    import radt.analysis.levels as levels_module
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("injected")
 
     client, uri = store
     s = Study(client, uri, "broken")
-    monkeypatch.setattr(summary_module, "_client", broken)
+    monkeypatch.setattr(levels_module, "_client", broken)
     run_id = s.lone("lone", script(2.0, 12.0, 250.0, epochs=(4.0, 8.0)), (0.0, 12.5))
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"

@@ -169,8 +169,10 @@ def closing_figures(
 def _figures(record: Record, samples, ended_s, kids, candidates) -> Closing:
     import pandas as pd
 
+    from radt.analysis.baselines import _slowdown
     from radt.analysis.figures import NAN
-    from radt.analysis.summary import _client, _loader, _provider, _slowdown, run_series
+    from radt.analysis.levels import _client, _loader, _provider
+    from radt.analysis.stored import run_series
 
     pieces = [samples] if isinstance(samples, pd.DataFrame) else samples
     record.series, record.timeline = run_series(pieces, record.tags)

@@ -194,7 +194,7 @@ def _node_samples(client, run) -> NodeSamples:
 
     from radt.analysis.attribution import ATTRIBUTION_KEYS, extra_series
     from radt.analysis.load import KeyFilter, prepare, run_pieces
-    from radt.analysis.summary import SUMMARY_KEYS, run_series
+    from radt.analysis.stored import SUMMARY_KEYS, run_series
 
     (plan,) = prepare(client, [run])
     pieces = list(run_pieces(client, plan, KeyFilter([*SUMMARY_KEYS, *ATTRIBUTION_KEYS])))

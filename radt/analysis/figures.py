@@ -272,21 +272,6 @@ def sample_figures(
     return figures
 
 
-def run_figures(
-    frame: pd.DataFrame | None, series: Mapping | None = None
-) -> tuple[dict[str, float], dict[str, tuple[str, str]]]:
-    """:func:`radt.analysis.windows.window_figures` over all of one run's samples, and the
-    energy source per GPU.
-
-    ``series`` (as :func:`device_series` returns them) replaces ``frame`` when given.
-    """
-    from radt.analysis.windows import window_figures
-
-    series = device_series(frame) if series is None else series
-    figures, used, _ = window_figures(series)
-    return figures, used
-
-
 def finite_sum(values: Iterable[float]) -> float:
     """The sum of the finite values; NaN when there is none."""
     finite = [v for v in values if math.isfinite(v)]
@@ -314,31 +299,3 @@ def _number(value) -> float:
     except (TypeError, ValueError):
         return NAN
     return number
-
-
-def summarize_samples(
-    frame: pd.DataFrame,
-    examples: float | None = None,
-    duration_s: float | None = None,
-) -> dict[str, float]:
-    """The energy, power, utilisation and memory figures of ONE run's samples.
-
-    ``frame`` has the tidy columns ``timestamp``, ``key`` and ``value`` (as
-    :func:`radt.load` returns them, or as ``radt/samples.parquet`` holds them;
-    timestamps tz-aware, naive UTC, or numeric epoch seconds). Returns floats,
-    NaN where the samples do not tell:
-
-    - ``energy_j``: see the module docstring (counter, else integrated power);
-    - the GPU figures of the GPUs taken together, per instant (:func:`sample_figures`):
-      ``power_mean_w`` and ``power_max_w``, the mean and peak of the summed draw
-      (``nvml``, else ``dcgm``, else ``smi``); ``util_mean_pct``, the mean utilisation
-      (``nvml``, else ``smi``); ``smact_mean_ratio``, the mean SM activity (``dcgm``);
-      ``gpu_mem_peak_mib``, the peak of the memory used on all of them (``nvml``, else ``smi``);
-    - ``host_mem_peak_mib``: peak RSS of the run's process tree (``top/proc/rss_mib``);
-    - with ``examples`` and ``duration_s`` also ``examples_per_s``,
-      ``time_per_example_ns`` and ``energy_per_example_nj``.
-    """
-    figures, _ = run_figures(frame)
-    if examples is not None or duration_s is not None:
-        figures.update(per_example(examples, duration_s, figures["energy_j"]))
-    return figures

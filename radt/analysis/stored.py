@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from radt.analysis.attribution import ATTRIBUTION_KEYS
 from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
     RADT_FIGURES,
@@ -31,7 +32,11 @@ from radt.tags import (
 )
 
 if TYPE_CHECKING:
-    from radt.analysis.summary import Record
+    import pandas as pd
+    import pyarrow as pa
+
+    from radt.analysis.runtree import Record
+    from radt.analysis.windows import Timeline
 
 VERSION = 3
 """Bumped whenever what the figures are changes: older tags are then recomputed."""
@@ -39,6 +44,20 @@ MAX_TAG_CHARS = 8000
 """MLflow's longest tag value; a longer state is not stored (the run is computed at looks)."""
 
 log = logging.getLogger(__name__)
+
+SUMMARY_KEYS = (
+    "*/gpu*/energy_j",
+    "*/gpu*/power_w",
+    "*/gpu*/util_pct",
+    "*/gpu*/smact_ratio",
+    "*/gpu*/mem_used_mib",
+    "top/proc/rss_mib",
+    "top/proc/cpu_pct",
+    "script/run/*",
+    *ATTRIBUTION_KEYS,
+)
+"""The keys :func:`radt.analysis.summary.summary` loads: all that the figures and the windows
+read."""
 
 
 def family_of(record: Record, records: Mapping[str, Record]) -> str:
@@ -152,7 +171,7 @@ def family_figures(
     """
     from radt.analysis.attribution import attribute
     from radt.analysis.load import _Plan, grouping, prepare, probe, search_all
-    from radt.analysis.summary import Record, _compute
+    from radt.analysis.runtree import Record
 
     if grouping(run) or probe(run):
         return {}
@@ -191,3 +210,101 @@ def family_figures(
             return {}
         values[run_id] = value
     return values
+
+
+def run_series(
+    pieces: Iterable[pa.Table | pd.DataFrame], tags: Mapping[str, str]
+) -> tuple[dict, Timeline]:
+    """A run's device series (:func:`device_series`) and :class:`Timeline` from its samples
+    handed over a piece at a time (tables, or tidy frames): only one piece is a frame at once.
+
+    The same as both computed from all the pieces as one frame: each key's pieces are
+    joined in the order read and sorted by time, stably.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from radt.analysis.figures import device_series
+    from radt.analysis.windows import SCRIPT_KEYS, timeline
+
+    parts: dict[tuple[str, str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    script = []
+    for piece in pieces:
+        frame = piece if isinstance(piece, pd.DataFrame) else piece.to_pandas()
+        del piece
+        for name, pair in device_series(frame).items():
+            parts.setdefault(name, []).append(pair)
+        rows = frame[frame["key"].isin(SCRIPT_KEYS)]
+        if len(rows):
+            script.append(rows.astype({"key": str}))
+        del frame, rows
+    series = {}
+    while parts:
+        name, pairs = parts.popitem()
+        seconds = np.concatenate([p[0] for p in pairs])
+        values = np.concatenate([p[1] for p in pairs])
+        if len(pairs) > 1:
+            order = np.argsort(seconds, kind="stable")
+            seconds, values = seconds[order], values[order]
+        series[name] = (seconds, values)
+    return series, timeline(pd.concat(script) if script else None, tags)
+
+
+def _compute(client, records: dict[str, Record], plans: Sequence, children) -> dict:
+    """Windows and figures of every needed run: clients first, then their workloads; returns
+    each run's samples of the attribution's keys (:data:`ATTRIBUTION_KEYS`), as tables.
+
+    A run with a samples artifact is read a piece at a time (:func:`run_series`): memory
+    holds the series the figures use, never the run's samples as a table. Runs read
+    from MLflow's decimated metrics are small and read together, in parallel.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from radt.analysis.levels import _client, _loader, _provider
+    from radt.analysis.load import KeyFilter, read_plans, run_pieces
+
+    wanted, extra_keys = KeyFilter(SUMMARY_KEYS), KeyFilter(ATTRIBUTION_KEYS)
+    decimated = read_plans(client, [p for p in plans if p.artifact is None], wanted)
+    extra: dict[str, pa.Table] = {}
+
+    def tap(pieces, kept: list) -> Iterable[pa.Table]:
+        for piece in pieces:  # the attribution's own keys are kept aside as rows
+            names = [k for k in pc.unique(piece["key"]).to_pylist() if k and extra_keys(k)]
+            if names:
+                kept.append(piece.filter(pc.is_in(piece["key"], value_set=pa.array(names))))
+            yield piece
+
+    for plan in plans:
+        record = records[plan.run.info.run_id]
+        if plan.artifact is None:
+            pieces = [decimated.pop(record.run_id)]
+        else:
+            pieces = run_pieces(client, plan, wanted)
+        kept: list[pa.Table] = []
+        record.series, record.timeline = run_series(tap(pieces, kept), record.tags)
+        if kept:
+            extra[record.run_id] = pa.concat_tables(kept)
+    needed = [plan.run for plan in plans]
+    ids = {run.info.run_id for run in needed}
+    for run in needed:
+        record = records[run.info.run_id]
+        if record.level == "provider":
+            continue
+        if record.level == "loader":
+            _loader(record)
+            continue
+        parent = records.get(record.tags.get(MLFLOW_PARENT_RUN_ID) or "")
+        parent = parent if parent is not None and parent.run_id in ids else None
+        kids = children.get(parent.run_id, []) if parent else []
+        siblings = sum(records[k.info.run_id].level == "client" for k in kids) if parent else 1
+        _client(record, parent, siblings)
+    for run in needed:
+        record = records[run.info.run_id]
+        if record.level != "provider":
+            continue
+        kids = [records[k.info.run_id] for k in children.get(record.run_id, [])]
+        if all(k.window is not None for k in kids):  # else only loaded for a baseline's energy
+            clients = [k for k in kids if k.level == "client"]
+            _provider(record, clients, [k for k in kids if k.level == "loader"])
+    return extra

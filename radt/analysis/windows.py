@@ -50,8 +50,10 @@ from radt.analysis.figures import (
     NAN,
     SOURCES,
     all_samples_energy,
+    device_series,
     energy_per_gpu,
     epoch_seconds,
+    per_example,
     sample_figures,
 )
 from radt.quantities import sources
@@ -525,7 +527,7 @@ def window_figures(
     ``energy_j`` as :func:`energy_between` (over all samples:
     :func:`radt.analysis.figures.all_samples_energy`); the others from the samples inside
     the window, the GPUs taken together, as :data:`radt.analysis.catalog.CATALOG` says
-    (:func:`radt.analysis.figures.sample_figures`). Returns the figures, the energy
+    (:func:`sample_figures`). Returns the figures, the energy
     source per GPU and a note when the energy is missing.
     """
     if not end > start:
@@ -541,6 +543,46 @@ def window_figures(
             tree[quantity] = values[(seconds >= start) & (seconds <= end)]
     figures = {"energy_j": joules, **sample_figures(chosen, tree)}
     return figures, used, note
+
+
+def run_figures(
+    frame: pd.DataFrame | None, series: Mapping | None = None
+) -> tuple[dict[str, float], dict[str, tuple[str, str]]]:
+    """:func:`window_figures` over all of one run's samples, and the energy source per GPU.
+
+    ``series`` (as :func:`device_series` returns them) replaces ``frame`` when given.
+    """
+    series = device_series(frame) if series is None else series
+    figures, used, _ = window_figures(series)
+    return figures, used
+
+
+def summarize_samples(
+    frame: pd.DataFrame,
+    examples: float | None = None,
+    duration_s: float | None = None,
+) -> dict[str, float]:
+    """The energy, power, utilisation and memory figures of ONE run's samples.
+
+    ``frame`` has the tidy columns ``timestamp``, ``key`` and ``value`` (as
+    :func:`radt.load` returns them, or as ``radt/samples.parquet`` holds them;
+    timestamps tz-aware, naive UTC, or numeric epoch seconds). Returns floats,
+    NaN where the samples do not tell:
+
+    - ``energy_j``: see :mod:`radt.analysis.figures` (counter, else integrated power);
+    - the GPU figures of the GPUs taken together, per instant (:func:`sample_figures`):
+      ``power_mean_w`` and ``power_max_w``, the mean and peak of the summed draw
+      (``nvml``, else ``dcgm``, else ``smi``); ``util_mean_pct``, the mean utilisation
+      (``nvml``, else ``smi``); ``smact_mean_ratio``, the mean SM activity (``dcgm``);
+      ``gpu_mem_peak_mib``, the peak of the memory used on all of them (``nvml``, else ``smi``);
+    - ``host_mem_peak_mib``: peak RSS of the run's process tree (``top/proc/rss_mib``);
+    - with ``examples`` and ``duration_s`` also ``examples_per_s``,
+      ``time_per_example_ns`` and ``energy_per_example_nj``.
+    """
+    figures, _ = run_figures(frame)
+    if examples is not None or duration_s is not None:
+        figures.update(per_example(examples, duration_s, figures["energy_j"]))
+    return figures
 
 
 # --------------------------------------------------------------------------- CPU time

@@ -7,10 +7,40 @@ Each module imports its framework; import the one you use (``radt --autolog`` ad
 
 from __future__ import annotations
 
+import logging
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 from radt import run_api
-from radt.autologging import _say, batch_size
+from radt.console import install_lines
+
+logger = logging.getLogger(__name__)
+
+
+def _say(message: str) -> None:
+    """One line from radT in the training process (``radt: …`` on stderr, as the run API's):
+    the callbacks' and ``radt --autolog``'s (:mod:`radt.autologging`)."""
+    install_lines()
+    logger.warning(message)
+
+
+def batch_size(batch: Any) -> int | None:
+    """The first dimension of the first tensor in ``batch`` (through tuples, lists and
+    mappings), or None when there is none."""
+    torch = sys.modules["torch"]
+    stack = [batch]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.dim() >= 1:
+                return int(item.shape[0])
+            continue
+        if isinstance(item, Mapping):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, (tuple, list)):
+            stack.extend(reversed(item))
+    return None
 
 
 class PhaseSteps:

@@ -29,8 +29,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from radt import run_api
-from radt.autologging import _say
-from radt.integrations import BatchSizes, PhaseSteps
+from radt.integrations import BatchSizes, PhaseSteps, _say
 
 CALLBACK = run_api.SOURCES.index("callback")
 

@@ -1,4 +1,6 @@
-"""The training command: how it is run and which of its flags become params."""
+"""The training command: how it is run and which of its flags become params; and radT's own
+``KEY=VALUE`` arguments (``--tag``, ``-o LISTENER.KEY=VALUE``), read alike by the command line
+and ``radt doctor``."""
 
 from __future__ import annotations
 
@@ -7,8 +9,12 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from radt.errors import UsageError
+
+if TYPE_CHECKING:
+    import argparse
 
 MAX_PARAM_VALUE = 6000
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
@@ -92,3 +98,41 @@ def params_from_args(args: list[str]) -> dict[str, str]:
 
 def _param_name(flag: str) -> str:
     return re.sub(r"[^\w\-. /:]", "_", flag)[:250]
+
+
+def parse_pairs(
+    pairs: list[str], what: str, form: str = "KEY=VALUE, e.g. team=vision"
+) -> dict[str, str]:
+    """Parse ``KEY=VALUE`` strings; raise UsageError, showing ``form``, for a malformed one."""
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"malformed {what} {pair!r}: expected {form}")
+        parsed[key.strip()] = value
+    return parsed
+
+
+def add_listener_option(parser: argparse.ArgumentParser, example: str) -> None:
+    """The ``-o/--listener-option LISTENER.KEY=VALUE`` argument (read by
+    :func:`parse_listener_options`), with ``example`` in its help."""
+    parser.add_argument(
+        "-o",
+        "--listener-option",
+        action="append",
+        default=[],
+        metavar="LISTENER.KEY=VALUE",
+        help=f"an option for one listener, e.g. {example}; repeatable",
+    )
+
+
+def parse_listener_options(pairs: list[str]) -> dict[str, dict[str, str]]:
+    """``top.per_core=1`` → ``{"top": {"per_core": "1"}}``."""
+    form = "LISTENER.KEY=VALUE, e.g. top.per_core=1 (`radt listeners NAME` lists the keys)"
+    options: dict[str, dict[str, str]] = {}
+    for key, value in parse_pairs(pairs, "listener option", form).items():
+        listener, dot, name = key.partition(".")
+        if not dot or not name or not listener:
+            raise UsageError(f"malformed listener option {key!r}: expected {form}")
+        options.setdefault(listener, {})[name] = value
+    return options

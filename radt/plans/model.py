@@ -220,13 +220,3 @@ class Plan:
         Anything else (never run, KILLED, RUNNING left by a crash) runs again.
         """
         return [w for w in self.workloads if w.status != FINISHED and (rerun or w.status != FAILED)]
-
-    def record(self, workload: Workload, results: dict[int, tuple[str, str]]) -> None:
-        """Write ``results`` (row line → (status, run id)) back to the CSV.
-
-        Only the Status and Run cells of those rows change (see
-        :func:`radt.plans.writeback.write_results`).
-        """
-        from radt.plans.writeback import write_results
-
-        write_results(self, workload, results)

@@ -36,6 +36,7 @@ from radt.plans.loader import LoaderPorts, SharedLoader
 from radt.plans.model import FAILED, FINISHED, Plan, PlanError, Row, Workload, format_problems
 from radt.plans.read import read_plan
 from radt.plans.workdir import absolute_store, place
+from radt.plans.writeback import write_results
 from radt.tags import (
     RADT_COLLOCATION,
     RADT_DEVICES,
@@ -657,7 +658,7 @@ class WorkloadRunner:
         if signum is not None:
             self.parent.state.tags[RADT_SIGNAL] = signal.Signals(signum).name
         self.parent.close(worst.status, worst.exit_code, ended_s=workload_ended_s)
-        self.plan.record(self.workload, results)
+        write_results(self.plan, self.workload, results)
         log.info(f"workload {self.workload.label}: {worst.status} (exit code {worst.exit_code})")
         self.interrupted = isinstance(failure, KeyboardInterrupt) or (
             self.supervisor is not None and self.supervisor.signum is not None

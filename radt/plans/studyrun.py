@@ -46,7 +46,7 @@ from radt.plans.study import (
     read_study,
 )
 from radt.plans.studyfile import write_progress
-from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path
+from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path, write_results
 from radt.tags import RADT_STUDY, RADT_STUDY_FILE, RADT_STUDY_PROGRESS, RADT_STUDY_WORKLOADS, Mode
 from radt.tracking import experiment_id
 from radt.words import count
@@ -578,6 +578,23 @@ def close_study(options: StudyOptions) -> int:
     return 0
 
 
+def close_plan(target: Path, plan_path: Path, options, *, study: bool) -> int:
+    """The closing job (``radt TARGET --slurm-close PLAN``, submitted with ``afterany`` on the
+    workload jobs): record the jobs that ended, their runs closed and Slurm's endings named,
+    and for a study end the study run once no workload job is left."""
+    from radt.slurm.dispatch import Dispatch, SlurmRequest
+    from radt.slurm.options import SlurmOptions
+
+    options = replace(options, slurm=options.slurm or SlurmRequest(), path=plan_path)
+    if study:
+        return close_study(StudyOptions(target, options, plan_path=plan_path))
+    client, uri, _ = open_store(options.tracking_uri)
+    left = Dispatch(plan_path, SlurmOptions(), options.slurm, client, uri).refresh()
+    if left:
+        log.info(f"{count(len(left), 'workload')} still in Slurm")
+    return 0
+
+
 class _Run:
     """One invocation of a study that runs."""
 
@@ -669,7 +686,7 @@ class _Run:
             self.interrupted = self.interrupted or interrupted
             if interrupted and status != FINISHED:
                 status = "KILLED"  # runs again, as an interrupted workload does
-            plan.record(workload, {row.line: (status, run_id) for row in workload.rows})
+            write_results(plan, workload, {row.line: (status, run_id) for row in workload.rows})
             self._record_status(workload.name, status, run_id)
             log.info(f"workload {workload.label}: {status} (job run {run_id or 'none'})")
             if self.interrupted:

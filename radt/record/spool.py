@@ -23,16 +23,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from radt.listener import Sample, SampleBatch
+from radt.listener import Sample, SampleBatch, sample_schema
 from radt.words import count
 
-SCHEMA = pa.schema(
-    [
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("key", pa.string()),
-        ("value", pa.float64()),
-    ]
-)
+SCHEMA = sample_schema()
 CHUNK_GLOB = "chunk-*.arrows"
 
 

@@ -6,17 +6,34 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from radt.record.finalize import Summarize, finish
 from radt.record.runfolder import STATE_FILE, DamagedState, RunFolder, RunState, find_folders
 from radt.record.spool import CHUNK_GLOB
-from radt.tags import MLFLOW_PARENT_RUN_ID, RADT_STOP_REASON
+from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
+    NODE_ROLE,
+    RADT_GROUP,
+    RADT_GROUP_ROLE,
+    RADT_STOP_REASON,
+)
 from radt.tracking import connect, move_credentials, prepare_process_env, sqlite_path, store_label
 
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
 log = logging.getLogger(__name__)
+
+EndJob = Callable[["MlflowClient", str, str, "int | None"], "str | None"]
+"""Ends a distributed training's job run when its last node run has ended: ``(client,
+experiment id, job run id, expected node count)`` → the job run's status, or None while a node
+still runs (:func:`radt.launch.group.end_job_run`). Its caller hands it in, as it does
+``summarize``: recording is below launching and imports none of it."""
 
 ORPHAN_NOTE = "radT stopped before the run ended (killed or crashed); finished by `radt sync`"
 
@@ -40,10 +57,11 @@ def adopt_orphan(folder: RunFolder, state: RunState) -> None:
     folder.save(state)
 
 
-def sync(root: Path, summarize: Summarize) -> int:
+def sync(root: Path, summarize: Summarize, end_job: EndJob) -> int:
     """Upload every unfinished run under ``root``; 0 when all are complete in MLflow.
 
-    ``summarize`` computes each run's summary figures (:func:`radt.record.finalize.finish`).
+    ``summarize`` computes each run's summary figures (:func:`radt.record.finalize.finish`);
+    ``end_job`` ends the job run of a distributed training whose last node run this finished.
     A folder another radT process holds (its own radT, or another ``radt sync``) is
     skipped; a damaged one is reported in one line and skipped, and the others go on.
     """
@@ -58,7 +76,7 @@ def sync(root: Path, summarize: Summarize) -> int:
             log.info(_busy(folder))
             continue
         try:
-            incomplete += not _sync_one(folder, summarize)
+            incomplete += not _sync_one(folder, summarize, end_job)
         finally:
             folder.unlock()
     return 1 if incomplete else 0
@@ -78,7 +96,7 @@ def _busy(folder: RunFolder) -> str:
     )
 
 
-def _sync_one(folder: RunFolder, summarize: Summarize) -> bool:
+def _sync_one(folder: RunFolder, summarize: Summarize, end_job: EndJob) -> bool:
     """Finish one run whose folder's lock is held; True when nothing is left to do."""
     try:
         state = folder.load()
@@ -121,25 +139,23 @@ def _sync_one(folder: RunFolder, summarize: Summarize) -> bool:
         return False
     if finish(client, folder, log.warning, state, summarize=summarize):
         log.info(f"run {state.run_id} synced ({state.status})")
-        _end_job(client, state)
+        _end_job(client, state, end_job)
         return True
     return False
 
 
-def _end_job(client, state: RunState) -> None:
+def _end_job(client, state: RunState, end_job: EndJob) -> None:
     """A node run of a distributed training, now finished: its job run ends if it was the
-    last node (radt.launch.group)."""
-    from radt.launch import group
-
+    last node (``end_job``)."""
     try:
         tags = client.get_run(state.run_id).data.tags
     except Exception:
         return
     job_run_id = tags.get(MLFLOW_PARENT_RUN_ID)
-    if tags.get(group.ROLE_TAG) == group.NODE_ROLE and job_run_id:
-        status = group.end_job_run(client, state.experiment_id, job_run_id, None)
+    if tags.get(RADT_GROUP_ROLE) == NODE_ROLE and job_run_id:
+        status = end_job(client, state.experiment_id, job_run_id, None)
         if status:
-            log.info(f"job run {job_run_id} of group {tags.get(group.GROUP_TAG)} {status}")
+            log.info(f"job run {job_run_id} of group {tags.get(RADT_GROUP)} {status}")
 
 
 def _with_credentials(uri: str) -> str:

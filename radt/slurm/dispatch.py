@@ -28,6 +28,7 @@ from pathlib import Path
 from radt.errors import RadtError, UsageError
 from radt.plans.model import FAILED, FINISHED, Plan, Workload
 from radt.plans.read import read_plan
+from radt.plans.writeback import write_results
 from radt.slurm import commands
 from radt.slurm.commands import ENDINGS_KILLED, WAITING_TURN, TaskState
 from radt.slurm.options import SBATCH_FLAGS, SlurmOptions
@@ -496,7 +497,7 @@ class Dispatch:
         return next((w for w in plan.workloads if w.label == label), None)
 
     def _write_status(self, plan: Plan, workload: Workload, status: str, run: str) -> None:
-        plan.record(workload, {row.line: (status, run) for row in workload.rows})
+        write_results(plan, workload, {row.line: (status, run) for row in workload.rows})
         if self.record is not None:
             self.record(workload.name, status, run)
 
@@ -584,7 +585,7 @@ class Dispatch:
             if status == FAILED:
                 why = self._why(job)
                 log.info(f"workload {label}: Slurm job {job} {ending} before radT started: {why}")
-            plan.record(workload, {row.line: (status, "") for row in workload.rows})
+            write_results(plan, workload, {row.line: (status, "") for row in workload.rows})
             if self.record is not None:
                 self.record(workload.name, status or "", "")
             self.ended[label] = status or "KILLED"
@@ -600,7 +601,7 @@ class Dispatch:
             else:
                 run = self.client.get_run(run.info.run_id)
                 results[row.line] = (run.info.status, run.info.run_id)
-        plan.record(workload, results)
+        write_results(plan, workload, results)
         status = parent.info.status
         if self.record is not None:
             self.record(workload.name, status, parent.info.run_id)
@@ -723,23 +724,3 @@ def run_on_slurm(
 def close_on_slurm(dispatch: Dispatch) -> bool:
     """The closing job's work: record the jobs that ended; True when none is left in Slurm."""
     return not dispatch.refresh()
-
-
-def close_plan(target: Path, plan_path: Path, options, *, study: bool) -> int:
-    """The closing job (``radt TARGET --slurm-close PLAN``, submitted with ``afterany`` on the
-    workload jobs): record the jobs that ended, their runs closed and Slurm's endings named,
-    and for a study end the study run once no workload job is left."""
-    from dataclasses import replace
-
-    from radt.launch.launcher import open_store
-
-    options = replace(options, slurm=options.slurm or SlurmRequest(), path=plan_path)
-    if study:
-        from radt.plans.studyrun import StudyOptions, close_study
-
-        return close_study(StudyOptions(target, options, plan_path=plan_path))
-    client, uri, _ = open_store(options.tracking_uri)
-    left = Dispatch(plan_path, SlurmOptions(), options.slurm, client, uri).refresh()
-    if left:
-        log.info(f"{count(len(left), 'workload')} still in Slurm")
-    return 0

@@ -8,14 +8,18 @@ import pytest
 from truth import PATHS, POWER_W, Case, Cell, Timeline, client_figures, provider_figures, record
 
 # The figures each path must give; a cell the case did not make fails naming itself.
+RUN = [
+    "window_s",
+    "examples",
+    "examples_per_s",
+    "time_per_example_ns",
+    "energy_j",
+    "energy_per_example_nj",
+]
+"""A lone run's headline figures, whichever way it started."""
 FIGURES = {
     "lone": [
-        "window_s",
-        "examples",
-        "examples_per_s",
-        "time_per_example_ns",
-        "energy_j",
-        "energy_per_example_nj",
+        *RUN,
         "power_mean_w",
         "slowdown",
         "phase train time_s",
@@ -23,38 +27,7 @@ FIGURES = {
         "phase eval time_s",
         "phase eval energy_j",
     ],
-    "manual": [
-        "window_s",
-        "examples",
-        "examples_per_s",
-        "time_per_example_ns",
-        "energy_j",
-        "energy_per_example_nj",
-    ],
-    "autolog": [
-        "window_s",
-        "examples",
-        "examples_per_s",
-        "time_per_example_ns",
-        "energy_j",
-        "energy_per_example_nj",
-    ],
-    "hf": [
-        "window_s",
-        "examples",
-        "examples_per_s",
-        "time_per_example_ns",
-        "energy_j",
-        "energy_per_example_nj",
-    ],
-    "lightning": [
-        "window_s",
-        "examples",
-        "examples_per_s",
-        "time_per_example_ns",
-        "energy_j",
-        "energy_per_example_nj",
-    ],
+    **{path: RUN for path in ("manual", "autolog", "hf", "lightning")},
 }
 PAIR = [
     *(
@@ -86,12 +59,7 @@ PAIR = [
 for path in ("naive pair", "mps pair", "study", "shared loader", "slurm study"):
     FIGURES[path] = PAIR
 FIGURES["2-node group"] = [
-    "job window_s",
-    "job examples",
-    "job examples_per_s",
-    "job time_per_example_ns",
-    "job energy_j",
-    "job energy_per_example_nj",
+    *(f"job {f}" for f in RUN),
     "job gpus",
     "job examples_per_s_per_gpu",
     "job scaling_efficiency",

@@ -467,6 +467,18 @@ CLIENT_HEADERS = (
 )
 
 
+def _point_cells(row) -> list[str]:
+    """A table row's first cells, naming its point: Job, configuration (and basis when not
+    examples), power limit and clock, and how many repeats."""
+    basis = f" ({row['basis']})" if row["basis"] != "examples" else ""
+    return [
+        str(row["job"]),
+        str(row["configuration"]) + basis,
+        power_words(row["power_limit_w"]) + _clock(row["gpu_clock_mhz"]),
+        str(int(row["count"])),
+    ]
+
+
 def provider_rows(table: pd.DataFrame) -> list[list[str]]:
     """The provider view: examples/s across all slices and energy per example while all
     slices run, with the repeats' mean (min–max), and both against the Job alone."""
@@ -474,11 +486,7 @@ def provider_rows(table: pd.DataFrame) -> list[list[str]]:
     for _, row in table[table["view"] == "provider"].iterrows():
         rows.append(
             [
-                str(row["job"]),
-                str(row["configuration"])
-                + (f" ({row['basis']})" if row["basis"] != "examples" else ""),
-                power_words(row["power_limit_w"]) + _clock(row["gpu_clock_mhz"]),
-                str(int(row["count"])),
+                *_point_cells(row),
                 spread(row, "examples_per_s", digits=1),
                 spread(row, "energy_per_example_nj", 1e-9, 4),
                 spread(row, "examples_per_s_norm"),
@@ -500,11 +508,7 @@ def client_rows(table: pd.DataFrame) -> list[list[str]]:
             energy = f"{estimate} est." if estimate != "-" else "-"
         rows.append(
             [
-                str(row["job"]),
-                str(row["configuration"])
-                + (f" ({row['basis']})" if row["basis"] != "examples" else ""),
-                power_words(row["power_limit_w"]) + _clock(row["gpu_clock_mhz"]),
-                str(int(row["count"])),
+                *_point_cells(row),
                 spread(row, "time_per_example_ns", 1e-6, 3),
                 energy,
                 spread(row, "slowdown"),

@@ -302,6 +302,25 @@ def test_links_go_to_the_ui_when_its_address_is_given(study):
     assert f"]({href})" in linked.markdown()
 
 
+def test_the_report_asks_the_store_for_the_experiments_runs_once(study, monkeypatch, tmp_path):
+    """The summary, the phases and the study facts share one search of the experiment."""
+    from mlflow import MlflowClient
+
+    _, uri, _ = study
+    searches = []
+    real = MlflowClient.search_runs
+
+    def counted(self, experiment_ids, filter_string="", *args, **kwargs):
+        searches.append((tuple(experiment_ids), filter_string))
+        return real(self, experiment_ids, filter_string, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "search_runs", counted)
+    again = report("sharing-study", tracking_uri=uri, cache_dir=tmp_path)
+    whole = [s for s in searches if s[1] == ""]
+    assert len(whole) == 1, searches
+    assert len(again.summary) == 17  # the same study as every other test here reads
+
+
 def test_the_command_writes_html_and_markdown_whose_links_and_images_resolve(
     study, tmp_path, capsys
 ):

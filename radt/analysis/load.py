@@ -26,10 +26,11 @@ before windows have ``summary/...``) are not samples and are never loaded (see
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fnmatch
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import cache
@@ -151,8 +152,36 @@ def find_experiment(client, name_or_id: str):
     return experiment
 
 
+_SHARED_SEARCHES: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "radt_shared_searches", default=None
+)
+
+
+@contextlib.contextmanager
+def searches_shared() -> Iterator[None]:
+    """Within the block, :func:`search_all` asks the store each search once: the parts of one
+    answer (a report's summary, phases and study facts) read the same experiment's runs."""
+    token = _SHARED_SEARCHES.set({})
+    try:
+        yield
+    finally:
+        _SHARED_SEARCHES.reset(token)
+
+
 def search_all(client, experiment_ids: Sequence[str], filter_string: str = "") -> list:
-    """Every active run of the experiments (all pages), oldest first."""
+    """Every active run of the experiments (all pages), oldest first (asked once per search
+    inside :func:`searches_shared`)."""
+    shared = _SHARED_SEARCHES.get()
+    key = (getattr(client, "tracking_uri", id(client)), tuple(experiment_ids), filter_string)
+    if shared is not None and key in shared:
+        return list(shared[key])
+    found = _search_pages(client, experiment_ids, filter_string)
+    if shared is not None:
+        shared[key] = found
+    return list(found)
+
+
+def _search_pages(client, experiment_ids: Sequence[str], filter_string: str) -> list:
     found: list = []
     token = None
     while True:

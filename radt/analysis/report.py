@@ -152,6 +152,13 @@ def report(
             pages there (``UI/#/experiments/ID/runs/RUN``).
         cache_dir: as for :func:`radt.summary`.
     """
+    from radt.analysis.load import searches_shared
+
+    with searches_shared():
+        return _report(experiments, objective, tracking_uri, ui, cache_dir)
+
+
+def _report(experiments, objective, tracking_uri, ui, cache_dir) -> Report:
     import pandas as pd
 
     from radt.analysis.frontier import frontier_table

@@ -156,14 +156,16 @@ class _ProbePlan(Plan):
         super().__init__(path, [workload])
         self.results: dict[int, tuple[str, str]] = {}
 
-    def record(self, workload: Workload, results: dict[int, tuple[str, str]]) -> None:
-        self.results.update(results)
-
 
 class _ProbeRunner(WorkloadRunner):
-    """A workload runner that keeps the end of each run's output (for the OOM markers)."""
+    """A workload runner that keeps the end of each run's output (for the OOM markers) and its
+    results in its :class:`_ProbePlan` rather than in a file."""
 
     tails: list[str]
+    plan: _ProbePlan
+
+    def _record(self, results: dict[int, tuple[str, str]]) -> None:
+        self.plan.results.update(results)
 
     def _close(self, codes, failure):
         self.tails = [_tail(run.output_log) for run in self.runs]

@@ -616,6 +616,10 @@ class WorkloadRunner:
         results[row.line] = (outcome.status, self.loader_run.run_id)
         return outcome
 
+    def _record(self, results: dict[int, tuple[str, str]]) -> None:
+        """Write ``results`` (row line → (status, run id)) back to the plan's file."""
+        write_results(self.plan, self.workload, results)
+
     def _close(self, codes: list[int], failure: BaseException | None) -> int:
         for stopping in self._stopping:
             stopping.join(timeout=60)
@@ -658,7 +662,7 @@ class WorkloadRunner:
         if signum is not None:
             self.parent.state.tags[RADT_SIGNAL] = signal.Signals(signum).name
         self.parent.close(worst.status, worst.exit_code, ended_s=workload_ended_s)
-        write_results(self.plan, self.workload, results)
+        self._record(results)
         log.info(f"workload {self.workload.label}: {worst.status} (exit code {worst.exit_code})")
         self.interrupted = isinstance(failure, KeyboardInterrupt) or (
             self.supervisor is not None and self.supervisor.signum is not None

@@ -42,19 +42,7 @@ PAIR = [
             "time_per_example_norm",
         )
     ),
-    *(
-        f"provider {f}"
-        for f in (
-            "window_s",
-            "examples",
-            "examples_per_s",
-            "time_per_example_ns",
-            "energy_j",
-            "energy_per_example_nj",
-            "time_per_example_norm",
-            "energy_per_example_norm",
-        )
-    ),
+    *(f"provider {f}" for f in (*RUN, "time_per_example_norm", "energy_per_example_norm")),
 ]
 for path in ("naive pair", "mps pair", "study", "shared loader", "slurm study"):
     FIGURES[path] = PAIR

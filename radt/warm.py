@@ -1,19 +1,21 @@
 """The warm launcher: radT and MLflow imported once per user, each run forked from it.
 
-With ``RADT_WARM=1``, ``radt COMMAND`` first asks the user's warm launcher, a process that has
-already imported radT, MLflow and the store's modules (several seconds of CPU on a small
-machine), to run it. The warm launcher forks; the fork takes the caller's working folder,
-environment, umask and standard streams, and runs ``radt COMMAND`` exactly as the caller
-would have (the same code: run created before the command starts, the spool, the end of the
-run), while the caller waits, forwards its signals and exits with the run's exit code.
+``radt COMMAND`` first asks the user's warm launcher, a process that has already imported radT,
+MLflow and the store's modules (several seconds of CPU on a small machine), to run it. The warm
+launcher forks; the fork takes the caller's working folder, environment, umask, niceness,
+resource limits and standard streams, and runs ``radt COMMAND`` exactly as the caller would
+have (the same code: run created before the command starts, the spool, the end of the run),
+while the caller waits, forwards its signals and exits with the run's exit code.
 
-It is never needed: when none answers, the caller runs the command itself, as without
-``RADT_WARM``, and starts one in the background for the next run. It ends when idle
-(``RADT_WARM_IDLE_S``, default 600 s). Its socket is in a folder only its user may enter
-(``$XDG_RUNTIME_DIR/radt``, else ``/tmp/radt-UID``), and it serves only callers of its own
-user id. Its name carries a fingerprint of this Python and of radT's code, so an upgraded or
-edited radT gets a new one. Not used inside a Slurm job (the fork would live in the warm
-launcher's cgroup, outside the job's) or for plans and studies.
+It is never needed: when none answers, or it cannot take the caller's place (another cgroup or
+namespace, a resource limit above its own), the caller runs the command itself, and where none
+answers starts one in the background for the next run. It ends when idle (``RADT_WARM_IDLE_S``,
+default 600 s); ``RADT_WARM=0`` turns it off. Its socket is in a folder only its user may enter
+(``$XDG_RUNTIME_DIR/radt``, else ``/tmp/radt-UID``), and it serves only callers of its own user
+id. Its name carries a fingerprint of this Python, the variables that decide what it imports
+(``PYTHONPATH`` …) and radT's code, so an upgraded or edited radT gets a new one. Not used inside
+a Slurm job (the fork would live in the warm launcher's cgroup, outside the job's) or for plans
+and studies.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import select
 import signal
 import socket
@@ -36,8 +39,34 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 ENV = "RADT_WARM"
-"""``1``: run single commands through the warm launcher (and start one when there is none)."""
-ADVICE = "set XDG_RUNTIME_DIR to a folder only you can enter, or unset RADT_WARM"
+"""``0``: run every command in the caller, never through a warm launcher (default: on)."""
+OFF = ("0", "off", "false", "no")
+ADVICE = "set XDG_RUNTIME_DIR to a folder only you can enter, or set RADT_WARM=0"
+INTERPRETER_ENV = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSAFEPATH",
+    "PYTHONNOUSERSITE",
+    "PYTHONUSERBASE",
+    "PYTHONPLATLIBDIR",
+)
+"""The variables that decide which modules a Python imports: each value its own warm launcher."""
+RLIMITS = tuple(
+    name
+    for name in (
+        "RLIMIT_AS",
+        "RLIMIT_CORE",
+        "RLIMIT_CPU",
+        "RLIMIT_DATA",
+        "RLIMIT_FSIZE",
+        "RLIMIT_MEMLOCK",
+        "RLIMIT_NOFILE",
+        "RLIMIT_NPROC",
+        "RLIMIT_STACK",
+    )
+    if hasattr(resource, name)
+)
+"""The caller's resource limits that its run takes over (``ulimit``)."""
 IDLE_ENV = "RADT_WARM_IDLE_S"
 IDLE_S = 600.0
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -64,7 +93,8 @@ _served = False
 def enabled(environ: dict[str, str] | None = None) -> bool:
     """Whether this ``radt COMMAND`` may go through the warm launcher."""
     environ = os.environ if environ is None else environ
-    return environ.get(ENV) == "1" and not _served and "SLURM_JOB_ID" not in environ
+    off = environ.get(ENV, "").strip().lower() in OFF
+    return not off and not _served and "SLURM_JOB_ID" not in environ
 
 
 def idle_s() -> float:
@@ -90,7 +120,8 @@ def private_folder() -> Path | None:
 
 
 def fingerprint() -> str:
-    """This Python and radT's code, as a short hash: a changed radT is a new warm launcher."""
+    """This Python, what decides its imports and radT's code, as a short hash: a changed radT
+    or another ``PYTHONPATH`` is another warm launcher."""
     import radt
 
     roots = [Path(p) for p in radt.__path__]
@@ -102,7 +133,8 @@ def fingerprint() -> str:
         for path in root.rglob("*.py"):
             with contextlib.suppress(OSError):
                 newest = max(newest, path.stat().st_mtime_ns)
-    text = f"{sys.executable}|{radt.__version__}|{'|'.join(map(str, roots))}|{newest}"
+    paths = "|".join(f"{name}={os.environ.get(name, '')}" for name in INTERPRETER_ENV)
+    text = f"{sys.executable}|{radt.__version__}|{'|'.join(map(str, roots))}|{newest}|{paths}"
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -123,8 +155,8 @@ def socket_path() -> Path | None:
 def describe() -> tuple[bool, str]:
     """For ``radt doctor``: whether radT can use a warm launcher here, and in words (off, running
     with its pid, or started by the next run); False only where it is asked for and cannot be."""
-    if os.environ.get(ENV) != "1":
-        return True, f"off ({ENV}=1 starts runs through one)"
+    if os.environ.get(ENV, "").strip().lower() in OFF:
+        return True, f"off ({os.environ[ENV]!r} in {ENV}; unset it to start runs through one)"
     if "SLURM_JOB_ID" in os.environ:
         return True, "not used inside a Slurm job"
     path = socket_path()
@@ -217,6 +249,18 @@ def _descends_from(pid: int, ancestor: int) -> bool:
     return False
 
 
+def _place(pid: int) -> tuple[str, ...] | None:
+    """Where a process lives: its cgroups and its mount, pid and network namespaces (None where
+    unreadable). A run forked for a caller elsewhere would outlive its session's end or escape
+    its memory limit, so such a caller runs its command itself."""
+    try:
+        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        spaces = tuple(os.readlink(f"/proc/{pid}/ns/{name}") for name in ("mnt", "pid", "net"))
+    except OSError:
+        return None
+    return (cgroup, *spaces)
+
+
 def _send(conn: socket.socket, argv: list[str]) -> None:
     umask = os.umask(0)
     os.umask(umask)
@@ -227,6 +271,7 @@ def _send(conn: socket.socket, argv: list[str]) -> None:
             "env": dict(os.environ),
             "umask": umask,
             "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "rlimits": {name: resource.getrlimit(getattr(resource, name)) for name in RLIMITS},
         }
     ).encode()
     message = HEADER.pack(len(body)) + body
@@ -325,8 +370,11 @@ def _serve_one(
     fds: list[int] = []
     try:
         conn.settimeout(10)
-        if _descends_from(_check_peer(conn), os.getpid()):
+        peer = _check_peer(conn)
+        if _descends_from(peer, os.getpid()):
             raise PermissionError("a caller started by one of its own runs")
+        if _place(peer) != _place(os.getpid()):
+            raise PermissionError("a caller in another cgroup or namespace")
         request, fds = _receive(conn)
         conn.settimeout(None)
     except (OSError, ValueError, KeyError) as exc:
@@ -375,6 +423,13 @@ def _attend(
     """In a fork: run the caller's radT in a fork of its own, tell the caller its pid and,
     when it ends, its exit code; a caller that goes away hangs it up (SIGHUP)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        _take_limits(request.get("rlimits", {}))
+    except (OSError, ValueError, TypeError) as exc:
+        log.debug("warm launcher: cannot take the caller's limits (%s)", exc)
+        with contextlib.suppress(OSError):
+            conn.sendall(b"refused\n")  # the caller runs its command itself
+        return 0
     pid = os.fork()
     if pid == 0:
         conn.close()
@@ -397,6 +452,17 @@ def _attend(
     with contextlib.suppress(OSError):
         conn.sendall(f"exit {128 - code if code < 0 else code}\n".encode())
     return 0
+
+
+def _take_limits(rlimits: dict) -> None:
+    """Set the caller's resource limits on this fork; ValueError or OSError where one is above
+    what this process may raise it to."""
+    for name, (soft, hard) in rlimits.items():
+        if name not in RLIMITS:
+            continue
+        which = getattr(resource, name)
+        if resource.getrlimit(which) != (soft, hard):
+            resource.setrlimit(which, (soft, hard))
 
 
 def _run_radt(request: dict, fds: list[int], main: Callable[[list[str]], int]) -> int:

@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,24 @@ REPO = Path(__file__).resolve().parents[1]
 PLUGINS = REPO / "tests" / "plugins"
 FAKES = REPO / "tests" / "fakes"
 FIXTURES = REPO / "tests" / "fixtures"
+
+# The radT this session runs starts its warm launchers (radt/warm.py) under a runtime folder of
+# its own, so that they are this session's (its radT code, its PYTHONPATH), and ends them when
+# it ends; each pytest-xdist worker is a session with its own.
+RUNTIME = Path(tempfile.mkdtemp(prefix="radt-tests-runtime-"))
+os.environ["XDG_RUNTIME_DIR"] = str(RUNTIME)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """End the warm launchers this session's radT started, and remove their folder."""
+    from radt import warm
+
+    for lock in (RUNTIME / "radt").glob("warm-*.lock"):
+        pid = warm.server_pid(lock)
+        with contextlib.suppress(OSError, TypeError):
+            if b"radt.warm" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGTERM)
+    shutil.rmtree(RUNTIME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

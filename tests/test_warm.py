@@ -121,15 +121,52 @@ def test_the_callers_signal_stops_its_run_and_a_gone_warm_launcher_is_not_needed
         assert {r.info.status for r in ws.runs()} == {"FINISHED", "KILLED"}
 
 
-def test_not_used_inside_slurm_or_unless_asked(monkeypatch):
+def test_on_unless_turned_off_and_never_inside_slurm(monkeypatch):
     monkeypatch.delenv("RADT_WARM", raising=False)
-    assert not warm.enabled()
-    assert warm.describe() == (True, "off (RADT_WARM=1 starts runs through one)")
-    monkeypatch.setenv("RADT_WARM", "1")
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert warm.enabled()
+    for off in ("0", "off", "False", " no "):
+        monkeypatch.setenv("RADT_WARM", off)
+        assert not warm.enabled()
+    said = "off (' no ' in RADT_WARM; unset it to start runs through one)"
+    assert warm.describe() == (True, said)
+    monkeypatch.setenv("RADT_WARM", "1")
     assert warm.enabled()
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     assert not warm.enabled()
+
+
+def test_another_pythonpath_is_another_warm_launcher(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    plain = warm.socket_path()
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake-pynvml"))
+    assert warm.socket_path() not in (None, plain)
+    monkeypatch.delenv("PYTHONPATH")
+    assert warm.socket_path() == plain
+
+
+def test_a_caller_elsewhere_is_told_apart():
+    here = warm._place(os.getpid())
+    assert here is not None and here == warm._place(os.getppid())
+    assert warm._place(2**22 + 17) is None  # no such process: refused, never served
+
+
+def test_a_fork_takes_the_callers_limits_or_refuses():
+    # above fs.nr_open no process may set its open-file limit, root neither
+    above = int(Path("/proc/sys/fs/nr_open").read_text()) + 1
+    code = (
+        "import resource\n"
+        "from radt import warm\n"
+        "warm._take_limits({'RLIMIT_NOFILE': (64, 128), 'RLIMIT_NOT_A_LIMIT': (1, 1)})\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE))\n"
+        "try:\n"
+        f"    warm._take_limits({{'RLIMIT_NOFILE': ({above}, {above})}})\n"
+        "except (OSError, ValueError):\n"
+        "    print('refused')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == ["(64, 128)", "refused"], done.stderr
 
 
 def test_its_folder_must_be_private(monkeypatch, tmp_path):

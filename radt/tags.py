@@ -132,7 +132,7 @@ RADT_FIGURES = "radt.figures"
 
 # radt doctor
 RADT_DOCTOR = "radt.doctor"
-RADT_DOCTOR_LOAD = "radt.doctor_load"
+RADT_DOCTOR_LOAD = "radt.doctor.load"  # the load's module (python -m), its runs' command
 
 # Listeners
 RADT_DCGM_FIELDS = "radt.dcgm.fields"

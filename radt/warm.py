@@ -75,6 +75,7 @@ HEADER = struct.Struct("!I")
 MAX_REQUEST = 16 * 2**20
 PRELOAD = (
     "radt.cli",
+    "radt.cli.run",
     "radt.launch.launcher",
     "radt.analysis.closing",
     "radt.analysis.summary",

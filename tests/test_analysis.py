@@ -18,11 +18,12 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from radt.analysis.export import run_export, run_runs
 from radt.analysis.figures import integrate_power
 from radt.analysis.load import TIDY_COLUMNS, describe_key, load, load_wide
 from radt.analysis.summary import baseline_spread_flagged, baseline_spread_pct, summary
 from radt.analysis.windows import summarize_samples
+from radt.cli.export import run_export
+from radt.cli.runs import run_runs
 from radt.errors import AnalysisError, UsageError
 from radt.record.compact import write_samples
 from radt.record.spool import SCHEMA

@@ -13,7 +13,7 @@ import pytest
 from conftest import FAKES, FIXTURES, new_workspace, path_without_nvidia_tools
 from test_run_api import samples
 
-from radt.cli import launcher_parser
+from radt.cli.run import launcher_parser
 
 WINDOW_KEY = "script/run/window_start"
 

@@ -37,9 +37,10 @@ from radt.analysis.attribution import (
     method_of,
     split_energy,
 )
-from radt.analysis.export import run_runs, runs_table
+from radt.analysis.export import runs_table
 from radt.analysis.summary import COLUMNS, repeats, summary
 from radt.analysis.windows import counter_energy_between, power_energy_between
+from radt.cli.runs import run_runs
 
 # --------------------------------------------------------------------------- pure: energy in pieces
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from radt.cli import launcher_parser, parse_listener_options, split_argv
+from radt.cli.run import launcher_parser, parse_listener_options, split_argv
 from radt.errors import UsageError
 from radt.launch.command import params_from_args, resolve_argv, script_args
 

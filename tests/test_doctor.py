@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import FAKES, FIXTURES, Workspace, new_workspace, path_without_nvidia_tools
 
-from radt.doctor import NAMES, slurm_row
+from radt.doctor.probes import NAMES, slurm_row
 
 TOOLS = ("nvidia-smi", "dcgmi", "nvidia-cuda-mps-control", "nsys", "ncu")
 NOTHING_NVIDIA = {

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from conftest import FAKES, FIXTURES, new_workspace, path_without_nvidia_tools
 
-from radt.doctor_load import schedule
-from radt.doctor_measure import Schedule, figures
+from radt.doctor.load import schedule
+from radt.doctor.measure import Schedule, figures
 
 START = 1_700_000_000.0
 GRID = [round(k / 10, 1) for k in range(-10, 61)]  # -1.0 ... 6.0 s, every 0.1 s

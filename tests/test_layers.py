@@ -194,7 +194,8 @@ RULES = [
 """Lower layers first."""
 IMPORTED_ONLY_BY = [
     ("radt.cli", ("radt.__main__",), "the command line is the top"),
-    ("radt.frontend", ("radt.cli",), "the UI is started by `radt ui` only"),
+    ("radt.frontend", ("radt.cli.ui",), "the UI is started by `radt ui` only"),
+    ("radt.doctor", ("radt.cli.doctor",), "the probes are run by `radt doctor` only"),
     ("radt.integrations", ("radt.autologging",), "the callbacks are imported by scripts"),
 ]
 """(module or package, the only modules outside it that import it, why)."""
@@ -266,9 +267,10 @@ def test_the_checker_finds_a_broken_rule():
 def test_the_graph_sees_the_product_code():
     """The graph is the real one: the modules of the three folders, and arrows known to exist."""
     graph = module_graph()
-    assert {"radt", "radt.cli", "radt.listeners.nvml", "radt.frontend.pages.runs"} <= set(graph)
+    assert {"radt", "radt.cli.run", "radt.listeners.nvml", "radt.frontend.pages.runs"} <= set(graph)
     assert "radt.listener" in graph["radt.listeners.nvml"]
-    assert "radt.launch.launcher" in graph["radt.cli"]  # a function-level import in cli.py
+    assert "radt.launch.launcher" in graph["radt.cli.run"]  # a function-level import in run.py
+    assert "radt.cli.ui" in graph["radt.cli"]  # radt/cli/__init__.py, the subcommands' modules
 
 
 def test_no_import_circles():

@@ -25,7 +25,8 @@ import pytest
 from test_windows import COMMAND, Study, gpu, recorded_store, script
 
 from radt.analysis.findings import Objective
-from radt.analysis.report import report, run_report
+from radt.analysis.report import report
+from radt.cli.report import run_report
 from radt.errors import RadtError, UsageError
 from radt.launch.environment import ENV_FOLDER, gpu_facts, library_versions
 

@@ -488,7 +488,7 @@ def test_scontrol_and_sacct_lines_give_each_array_task_its_state():
 
 
 def test_the_node_gets_radts_options_less_the_submitting_ones():
-    from radt.cli import node_args
+    from radt.cli.run import node_args
 
     own = ["--slurm", "--slurm-option", "time=1:00", "--rerun", "-l", "smi", "--modes=none"]
     assert node_args([*own, "--interval", "0.5", "--detach"]) == ["-l", "smi", "--interval", "0.5"]

@@ -225,7 +225,7 @@ def test_slurm_option_extra_adds_up_and_the_hint_keeps_the_slurm_options(workspa
 
 
 def test_the_command_to_go_on_keeps_slurm_and_its_options_but_not_the_one_offs():
-    from radt.cli import again_command
+    from radt.cli.run import again_command
 
     own = ["--slurm", "--detach", "--slurm-option", "partition=gpu", "--rerun", "-l", "smi"]
     assert again_command("study.yaml", own) == (

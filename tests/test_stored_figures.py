@@ -26,9 +26,9 @@ from test_windows import (
 )
 
 import radt.analysis.summary as summary_module
-from radt.analysis.export import run_runs
 from radt.analysis.stored import VERSION
 from radt.analysis.summary import summary
+from radt.cli.runs import run_runs
 from radt.tags import RADT_FIGURES
 
 

@@ -26,7 +26,6 @@ import pandas as pd
 import pytest
 from conftest import sqlite_store
 
-from radt.analysis.export import run_export, run_runs
 from radt.analysis.summary import (
     COLUMNS,
     NO_GPU_NOTE,
@@ -52,6 +51,8 @@ from radt.analysis.windows import (
     timeline,
     value_at,
 )
+from radt.cli.export import run_export
+from radt.cli.runs import run_runs
 from radt.errors import UsageError
 from radt.launch.session import RecordedRun, start_run
 from radt.listener import Sample

@@ -9,12 +9,10 @@ table, ``--json`` the rows, ``--require`` exits 1 naming what is missing.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -22,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from radt.collocation import nvsmi
 from radt.collocation.mps import default_pipe
@@ -519,53 +517,3 @@ def table(found: list[Row]) -> str:
         text = row.why + (f" -> {row.fix}" if row.fix else "")
         lines.append(f"{row.name:<{width}}  {'yes' if row.ok else 'no ':<3}  {text}")
     return "\n".join(lines)
-
-
-def run_doctor(argv: list[str]) -> int:
-    """``radt doctor``: what this machine lets radT measure and control."""
-    parser = argparse.ArgumentParser(prog="radt doctor", description=run_doctor.__doc__)
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    from radt.launch.command import add_listener_option, parse_listener_options
-
-    add_listener_option(parser, "rapl.root=PATH")
-    parser.add_argument(
-        "--require",
-        metavar="A,B",
-        help=f"exit 1 naming what is missing among these (of: {', '.join(NAMES)}, gpuN)",
-    )
-    parser.add_argument(
-        "--measure",
-        action="store_true",
-        help="record the built-in load as a run and report how the GPU's readings compare",
-    )
-    parser.add_argument("-d", "--device", type=int, default=0, help="GPU index (--measure)")
-    parser.add_argument(
-        "--seconds", type=float, default=30.0, help="length of the load (--measure; at least 5)"
-    )
-    args = parser.parse_args(argv)
-    from radt.tracking import prepare_process_env
-
-    if args.measure:
-        from radt.doctor_measure import MIN_SECONDS, listeners_here, measure, report
-
-        if args.seconds < MIN_SECONDS:
-            raise UsageError(
-                f"--seconds {args.seconds:g} is too short; give at least {MIN_SECONDS}"
-            )
-        values = measure(args.device, args.seconds, listeners_here())
-        print(json.dumps(values, indent=1) if args.json else report(values))
-        return 0
-    prepare_process_env()
-    found = rows(parse_listener_options(args.listener_option))
-    if args.require is not None:
-        wanted = [name.strip() for name in args.require.split(",") if name.strip()]
-        lacking = missing(found, wanted)
-        if lacking:
-            raise Missing(
-                "missing: " + "; ".join(f"{row.name} ({row.why}; {row.fix})" for row in lacking)
-            )
-    if args.json:
-        print(json.dumps([asdict(row) for row in found], indent=1))
-    elif args.require is None:
-        print(table(found))
-    return 0

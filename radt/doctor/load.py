@@ -1,7 +1,7 @@
 """The built-in load of ``radt doctor --measure``: idle, short matmul bursts, idle, one
 idle→full step, idle, on a fixed schedule that it writes down before it starts.
 
-Run as ``python -m radt.doctor_load --seconds S --schedule FILE``; radT records it as a
+Run as ``python -m radt.doctor.load --seconds S --schedule FILE``; radT records it as a
 normal run. Without CUDA it keeps the schedule but loads nothing (it says so).
 """
 

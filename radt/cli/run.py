@@ -1,4 +1,5 @@
-"""The ``radt`` command line: ``radt [options] COMMAND...``, ``radt sync``, ``radt listeners``."""
+"""``radt [options] COMMAND...``: a command, a plan (``radt PLAN.csv``) or a study
+(``radt STUDY.yaml``) under radT."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from radt.console import guard_std_streams, install_lines
-from radt.errors import RadtError, UsageError
+from radt.errors import UsageError
 from radt.launch.command import add_listener_option, parse_listener_options, parse_pairs
 from radt.tags import MODES, Mode
 
@@ -572,153 +572,3 @@ def run_launcher(argv: list[str]) -> int:
     from radt.console import leave
 
     return leave(launch(options))  # the run is complete: no interpreter teardown after it
-
-
-def run_listeners(argv: list[str]) -> int:
-    """``radt listeners [NAME]``: every discovered listener and whether it can run here, or one
-    listener's options."""
-    parser = argparse.ArgumentParser(prog="radt listeners", description=run_listeners.__doc__)
-    parser.add_argument("name", nargs="?", help="a listener: list its -o options")
-    add_listener_option(parser, "rapl.root=PATH")
-    args = parser.parse_args(argv)
-    from radt.launch.registry import discover
-
-    found = discover(parse_listener_options(args.listener_option))
-    if args.name is not None:
-        return print_listener_options(args.name, found)
-    width = max([len(name) for name in found] + [8])
-    print(f"{'listener':<{width}}  {'available':<9}  {'default':<7}  details")
-    opt_in = []
-    for name, item in found.items():
-        status = "yes" if item.reason is None else "no"
-        default = "on"
-        details = f"records {item.target}"
-        if item.listener is not None:
-            details = f"records {listener_records(item.listener)}"
-            if not item.listener.on_by_default:
-                default = "opt-in"
-                opt_in.append((item.reason is not None, name))
-                if item.listener.cost:
-                    details += f"; costs: {item.listener.cost}"
-        if item.reason is not None:
-            details = f"{item.reason}; it {details}"
-        print(f"{name:<{width}}  {status:<9}  {default:<7}  {details}")
-    if opt_in:
-        example = min(opt_in)[1]  # one that can run here, if any
-        print(f"opt-in listeners run only when -l names them, e.g. -l top+{example}")
-    return 0
-
-
-def listener_records(listener) -> str:
-    """What a listener records: its ``records``, else its class docstring's first line."""
-    if listener.records:
-        return listener.records
-    doc = (type(listener).__doc__ or "").strip().splitlines()
-    return doc[0].rstrip(".") if doc else type(listener).__name__
-
-
-def print_listener_options(name: str, found: dict) -> int:
-    """Print one listener's ``-o`` options: key, kind, default (in the kind's words), meaning."""
-    item = found.get(name)
-    if item is None:
-        raise UsageError(f"unknown listener {name}; known listeners: {', '.join(found)}")
-    declared = getattr(item.listener, "declared_options", None)
-    status = "available here" if item.reason is None else f"not available here: {item.reason}"
-    print(f"{name}: {status}")
-    if declared is None:
-        print(f"{name} does not declare its options; its documentation lists them")
-        return 0
-    if not declared:
-        print(f"{name} takes no -o options")
-        return 0
-    rows = [("option", "value", "default", "meaning")] + [
-        (f"-o {name}.{o.name}=", o.form, o.shown_default, o.help) for o in declared
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    for *cells, meaning in rows:
-        padded = [cell.ljust(width) for cell, width in zip(cells, widths, strict=True)]
-        print("  ".join([*padded, meaning]))
-    return 0
-
-
-def run_sync(argv: list[str]) -> int:
-    """``radt sync [FOLDER]``: upload what an outage or a crash left behind;
-    ``--list`` says what waits, ``--forget RUN_ID`` drops a run's folder."""
-    from radt.record.runfolder import runs_root
-    from radt.record.sync import forget, sync, waiting
-
-    parser = argparse.ArgumentParser(
-        prog="radt sync",
-        description="Upload runs left in local spool folders (after an outage or a crash).",
-    )
-    parser.add_argument("folder", nargs="?", help="a run folder or a folder of them")
-    action = parser.add_mutually_exclusive_group()
-    action.add_argument(
-        "--list", action="store_true", help="list the runs waiting, and where they go; send nothing"
-    )
-    action.add_argument(
-        "--forget",
-        metavar="RUN_ID",
-        help="delete the folder of RUN_ID without sending what is left in it",
-    )
-    args = parser.parse_args(argv)
-    from pathlib import Path
-
-    root = Path(args.folder) if args.folder else runs_root()
-    if args.forget is not None:
-        return forget(root, args.forget)
-    if args.list:
-        lines = waiting(root)
-        print("\n".join(lines) if lines else f"nothing waiting in {root}")
-        return 0
-    from radt.analysis.closing import summarize
-    from radt.launch.group import end_job_run
-
-    return sync(root, summarize, end_job_run)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``radt`` console script."""
-    argv = sys.argv[1:] if argv is None else argv
-    guard_std_streams()
-    install_lines()
-    try:
-        return _command(argv)
-    except RadtError as exc:
-        print(f"radt: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("radt: interrupted", file=sys.stderr)
-        return 130
-
-
-def _command(argv: list[str]) -> int:
-    if argv and argv[0] == "sync":
-        return run_sync(argv[1:])
-    if argv and argv[0] == "listeners":
-        return run_listeners(argv[1:])
-    if argv and argv[0] == "doctor":
-        from radt.doctor import run_doctor
-
-        return run_doctor(argv[1:])
-    if argv and argv[0] == "export":
-        from radt.analysis.export import run_export
-
-        return run_export(argv[1:])
-    if argv and argv[0] == "runs":
-        from radt.analysis.export import run_runs
-
-        return run_runs(argv[1:])
-    if argv and argv[0] == "report":  # radt report: a study's findings as one page
-        from radt.analysis.report import run_report
-
-        return run_report(argv[1:])
-    if argv and argv[0] == "ui":
-        from radt.frontend.serve import run_ui
-
-        return run_ui(argv[1:])
-    return run_launcher(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,8 @@ small text records (``radt1 <pid> <time> <kind> <value>``, one per line):
 - ``window``: a :func:`start_window` mark;
 - ``source``: who counts the process's examples from now on (value = 1 ``autolog``,
   2 ``callback``, 3 ``script``), sent when that changes: a script's own :func:`log_examples`
-  calls win over a framework callback (:mod:`radt.integrations`), which wins over
+  calls win over a framework callback (:mod:`radt.autologging.transformers`,
+  :mod:`radt.autologging.lightning`), which wins over
   ``radt --autolog`` (:mod:`radt.autologging`); the winner's count replaces the others';
 - ``phase``: one finished :func:`phase` interval, in a record of six fields,
   ``radt1 <pid> <start> phase <end> <name>`` (the name percent-encoded), sent in batches at most
@@ -304,7 +305,7 @@ def _take_over(channel: _Channel, source: int, t: float) -> bool:
 
 
 _SAYS = {
-    2: "a framework callback (radt.integrations) counts the examples",
+    2: "a framework callback (radt.autologging) counts the examples",
     3: "the script counts its own examples (radt.log_examples)",
 }
 

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("radt", "listeners", "frontend")
 # Run only where coverage cannot follow: a child started with an environment of its own.
 UNFOLLOWED = {
-    "radt/autolog_boot/sitecustomize.py": "test_autolog.py::"
+    "radt/autologging/boot/sitecustomize.py": "test_autolog.py::"
     "test_the_bootstrap_runs_the_sitecustomize_it_hides",
 }
 

@@ -209,7 +209,7 @@ args = TrainingArguments(output_dir="out", per_device_train_batch_size=4,
                          dataloader_num_workers=0)
 callbacks = []
 if sys.argv[1] == "callback":
-    from radt.integrations.transformers import RadtCallback
+    from radt.autologging.transformers import RadtCallback
     callbacks = [RadtCallback()]
 trainer = Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Tokens(),
                   callbacks=callbacks)
@@ -255,7 +255,7 @@ torch.manual_seed(0)
 data = DataLoader(TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=8)
 callbacks = []
 if sys.argv[1] == "callback":
-    from radt.integrations.lightning import RadtCallback
+    from radt.autologging.lightning import RadtCallback
     callbacks = [RadtCallback()]
 module = Tiny()
 trainer = L.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False,

@@ -1,5 +1,5 @@
 """The Lightning and Hugging Face callbacks' hooks called in the order their Trainers call
-them, outside radT (the fast tier's test of radt/integrations; test_autolog.py trains with both
+them, outside radT (the fast tier's test of radt/autologging; test_autolog.py trains with both
 Trainers under radT): one phase open at a time, the examples each real Trainer trained on
 counted (an epoch's last, smaller batch, and accumulated batches, included), and a batch
 without a tensor said once."""
@@ -15,7 +15,7 @@ import torch
 @pytest.fixture
 def radt_lines(caplog):
     """The training process's radT lines (their logger does not propagate to the root)."""
-    logger = logging.getLogger("radt.integrations")
+    logger = logging.getLogger("radt.autologging.callbacks")
     logger.addHandler(caplog.handler)
     yield caplog
     logger.removeHandler(caplog.handler)
@@ -24,7 +24,7 @@ def radt_lines(caplog):
 def test_lightnings_hooks_open_one_phase_at_a_time_and_say_an_unreadable_batch_once(
     radt_lines,
 ):
-    from radt.integrations.lightning import RadtCallback
+    from radt.autologging.lightning import RadtCallback
 
     callback = RadtCallback()
     callback.on_train_start(None, None)
@@ -53,7 +53,7 @@ def test_lightnings_hooks_open_one_phase_at_a_time_and_say_an_unreadable_batch_o
 def test_hugging_faces_hooks_open_one_phase_at_a_time(tmp_path):
     import transformers
 
-    from radt.integrations.transformers import RadtCallback
+    from radt.autologging.transformers import RadtCallback
 
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path),
@@ -101,7 +101,7 @@ def test_hugging_faces_trainer_counts_the_examples_it_trained_on(tmp_path, accum
     import transformers
     from torch.utils.data import Dataset
 
-    from radt.integrations.transformers import RadtCallback
+    from radt.autologging.transformers import RadtCallback
 
     class Tokens(Dataset):
         def __init__(self, n):
@@ -156,7 +156,7 @@ def test_lightnings_trainer_counts_the_examples_it_trained_on(accumulation):
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
 
-    from radt.integrations.lightning import RadtCallback
+    from radt.autologging.lightning import RadtCallback
 
     class Tiny(L.LightningModule):
         def __init__(self):

@@ -159,6 +159,12 @@ RULES = [
     ((KIT,), HELPERS, (), "the listener kit imports only helpers"),
     (("radt.run_api",), (*HELPERS, KIT), (), "the run API imports only helpers and the kit"),
     (
+        ("radt.autologging", "radt.integrations"),
+        (*HELPERS, "radt.run_api", "radt.autologging"),
+        (),
+        "autologging and the callbacks run in the training process: helpers and the run API",
+    ),
+    (
         ("radt.listeners",),
         (*HELPERS, KIT, "radt.slurm.jobenv"),
         (),
@@ -196,7 +202,12 @@ IMPORTED_ONLY_BY = [
     ("radt.cli", ("radt.__main__",), "the command line is the top"),
     ("radt.frontend", ("radt.cli.ui",), "the UI is started by `radt ui` only"),
     ("radt.doctor", ("radt.cli.doctor",), "the probes are run by `radt doctor` only"),
-    ("radt.integrations", ("radt.autologging",), "the callbacks are imported by scripts"),
+    (
+        "radt.autologging",
+        ("radt.integrations",),
+        "autologging and the callbacks are started by scripts and the bootstrap",
+    ),
+    ("radt.integrations", (), "the callbacks' old, deprecated paths are for scripts only"),
 ]
 """(module or package, the only modules outside it that import it, why)."""
 

@@ -189,7 +189,7 @@ def test_its_own_runs_are_refused_as_callers():
 
 def test_the_caller_imports_neither_mlflow_nor_the_analysis():
     code = (
-        "import sys, radt.cli, radt.warm\n"
+        "import sys, radt.cli, radt.cli.run, radt.warm\n"
         "heavy = ('mlflow', 'numpy', 'pandas', 'radt.analysis')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
         "import radt\n"

@@ -128,7 +128,7 @@ import torch
 from torch.utils.data import Dataset
 from transformers import (BertConfig, BertForSequenceClassification, Trainer, TrainerCallback,
                           TrainingArguments)
-from radt.integrations.transformers import RadtCallback
+from radt.autologging.transformers import RadtCallback
 
 torch.manual_seed(0)
 
@@ -192,7 +192,7 @@ import json, os, time
 import torch
 import lightning as L
 from torch.utils.data import DataLoader, TensorDataset
-from radt.integrations.lightning import RadtCallback
+from radt.autologging.lightning import RadtCallback
 
 out = {"start": time.time(), "examples": [], "epochs": [], "start_window": None, "phases": []}
 

@@ -44,7 +44,7 @@ from radt.words import count
 
 log = logging.getLogger(__name__)
 
-AUTOLOG_BOOT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "autolog_boot")
+AUTOLOG_BOOT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "autologging", "boot")
 """The folder of radT's ``sitecustomize`` that starts :func:`radt.autologging.autolog`."""
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from lightning.pytorch import Callback
 
 from radt import run_api
-from radt.integrations import BatchSizes, PhaseSteps
+from radt.autologging.callbacks import BatchSizes, PhaseSteps
 
 CALLBACK = run_api.SOURCES.index("callback")
 

@@ -1,7 +1,7 @@
 """``radt --autolog``: count the examples, steps and epochs of an unmodified PyTorch training.
 
 :func:`autolog` (started in every Python process of the command by radT's bootstrap,
-``radt/autolog_boot/sitecustomize.py``, when ``RADT_AUTOLOG=1``; or called by a script)
+``radt/autologging/boot/sitecustomize.py``, when ``RADT_AUTOLOG=1``; or called by a script)
 reports through the run API (:mod:`radt.run_api`), so nothing changes downstream:
 
 - a batch handed out by a ``torch.utils.data.DataLoader`` iterator while gradients are on is
@@ -15,7 +15,8 @@ reports through the run API (:mod:`radt.run_api`), so nothing changes downstream
   (``radt.log_epoch``) or a framework callback marks them: also when the script counts its
   examples itself (``radt.log_examples``), so that its warm-up can end at the first epoch;
 - a Hugging Face ``transformers.Trainer`` or a Lightning ``Trainer`` made in the process gets
-  radT's callback (:mod:`radt.integrations`), which then counts instead.
+  radT's callback (:mod:`radt.autologging.transformers`, :mod:`radt.autologging.lightning`),
+  which then counts instead.
 
 The script's own ``radt.log_examples`` calls win over all of this (said in one line). A batch
 whose size cannot be read is skipped, said once; nothing here raises into the training.
@@ -35,7 +36,7 @@ from types import ModuleType
 from typing import Any
 
 from radt import run_api
-from radt.integrations import _say, batch_size
+from radt.autologging.callbacks import _say, batch_size
 
 logger = logging.getLogger(__name__)
 
@@ -261,9 +262,9 @@ def _patch_init(trainer: type, framework: str) -> None:
 def _with_callback(framework: str, callbacks: Any) -> list[Any]:
     """The Trainer's callbacks plus radT's (unless the script added one already)."""
     if framework == "transformers":
-        from radt.integrations.transformers import RadtCallback
+        from radt.autologging.transformers import RadtCallback
     else:
-        from radt.integrations.lightning import RadtCallback
+        from radt.autologging.lightning import RadtCallback
     if callbacks is None:
         callbacks = []
     elif not isinstance(callbacks, (list, tuple)):

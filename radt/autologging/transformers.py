@@ -29,7 +29,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from radt import run_api
-from radt.integrations import BatchSizes, PhaseSteps, _say
+from radt.autologging.callbacks import BatchSizes, PhaseSteps, _say
 
 CALLBACK = run_api.SOURCES.index("callback")
 

@@ -1,0 +1,34 @@
+"""Deprecated: radT's framework callbacks moved to :mod:`radt.autologging` in radT 0.3
+(:mod:`radt.autologging.transformers`, :mod:`radt.autologging.lightning`).
+
+``radt.integrations.transformers`` and ``radt.integrations.lightning`` still import, for one
+release, with a :class:`DeprecationWarning`; this package imports nothing until one of them
+(or one of its old names) is asked for.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+MOVED = "radt.autologging"
+"""Where radT's framework callbacks are now."""
+_OLD_NAMES = ("BatchSizes", "PhaseSteps", "batch_size")
+
+
+def deprecated(old: str, new: str) -> None:
+    """Warn that ``old`` is now ``new``: a DeprecationWarning at the line that imported the old
+    path (Python skips the frames of the import machinery)."""
+    warnings.warn(
+        f"{old} is deprecated and goes away in the next release: import from {new} instead",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+def __getattr__(name: str):
+    if name not in _OLD_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from radt.autologging import callbacks
+
+    deprecated(f"radt.integrations.{name}", f"radt.autologging.callbacks.{name}")
+    return getattr(callbacks, name)

@@ -30,5 +30,5 @@ def __getattr__(name: str):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from radt.autologging import callbacks
 
-    deprecated(f"radt.integrations.{name}", f"radt.autologging.callbacks.{name}")
+    deprecated(f"{__name__}.{name}", f"{callbacks.__name__}.{name}")
     return getattr(callbacks, name)

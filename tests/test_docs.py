@@ -111,7 +111,7 @@ def test_a_marker_stands_right_before_a_fence():
     for page in PAGES:
         text = page.read_text()
         marked = {b.line for b in blocks(page) if b.kind}
-        for match in MARKER.finditer(text):
+        for match in re.finditer(rf"^{MARKER.pattern}$", text, re.M):  # a line of its own
             line = text.count("\n", 0, match.start()) + 1
             if not any(0 < fence - line <= 1 for fence in marked):
                 orphans.append(f"{page.relative_to(REPO)}:{line}")

@@ -181,3 +181,29 @@ def test_the_site_builds_strictly(tmp_path):
         assert f"usage: {command} " in cli, command
     api = (site / "reference" / "api" / "run_api" / "index.html").read_text()
     assert "log_examples" in api and "start_window" in api
+
+
+def github_anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading (mkdocs.yml makes the site's the same)."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_readmes_links_reach_the_docs_files_and_their_headings():
+    """README lives outside docs/, where mkdocs --strict does not look: its relative links
+    (into docs/, as GitHub shows them) each reach a file, and a heading where they name one."""
+    readme = (REPO / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", readme)
+    local = [link for link in links if not re.match(r"\w+://", link)]
+    assert len(local) >= 10 and any(link.startswith("docs/guide/") for link in local)
+    broken = []
+    for link in local:
+        path, _, anchor = link.partition("#")
+        target = REPO / path
+        if not target.is_file():
+            broken.append(link)
+        elif anchor and target.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", target.read_text(), re.M)
+            if anchor not in {github_anchor(h) for h in headings}:
+                broken.append(link)
+    assert broken == []

@@ -8,7 +8,7 @@ PIP = $(PY) -m pip install --quiet --disable-pip-version-check
 # the fast tier: everything but the browser, PostgreSQL, Slurm and slow end-to-end tests
 FAST = not browser and not postgres and not slurm and not slow
 
-.PHONY: venv install install-test demo test test-fast coverage-fast lint bench
+.PHONY: venv install install-test install-docs demo test test-fast coverage-fast lint bench docs
 
 venv: $(PY)
 
@@ -39,6 +39,12 @@ install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
 
+$(VENV)/.installed-docs: pyproject.toml | $(PY)
+	$(PIP) -e '.[docs]'
+	@touch $@
+
+install-docs: $(VENV)/.installed-docs
+
 demo: install
 	$(PY) -m radt -e radt-demo examples/train.py --epochs 1
 	@echo
@@ -67,6 +73,11 @@ coverage-fast: install-test
 	$(PY) -m coverage run -m pytest -q -p no:cacheprovider -n 2 -m "$(FAST)"
 	$(PY) -m coverage combine -q
 	$(PY) tests/modules_covered.py
+
+# the documentation site from docs/ and mkdocs.yml into site/ (open site/index.html); --strict:
+# a broken link, anchor or docstring reference is an error (tests/test_docs.py builds it too)
+docs: install-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
 
 bench: install
 	$(PY) benchmarks/overhead.py

@@ -1,4 +1,4 @@
-"""The listener kit: README's three listener kinds run under radT as a plug-in would, and
+"""The listener kit: the docs' three listener kinds run under radT as a plug-in would, and
 listeners, the run API and recording import only what the layering allows."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SECTION = "### Write your own listener"
+GUIDE = REPO / "docs" / "guide" / "listeners.md"
+SECTION = "## Write your own listener"
 EXAMPLES = {"loadavg": "LoadAverage", "vmstat": "Vmstat", "maxrss": "MaxRss"}
 WORK = """
 import time
@@ -23,10 +24,11 @@ time.sleep(2.5)
 
 
 def readme_examples() -> dict[str, str]:
-    """The Python blocks of README's "Write your own listener", by the class each defines."""
-    text = (REPO / "README.md").read_text()
+    """The Python blocks of docs/guide/listeners.md's "Write your own listener" (README's
+    once), by the class each defines."""
+    text = GUIDE.read_text()
     section = text[text.index(SECTION) :]
-    section = section[: section.index("\n## ")]
+    section = re.split(r"\n## ", section[len(SECTION) :])[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     found = {}
     for block in blocks:
@@ -56,7 +58,7 @@ def test_readme_shows_a_listener_of_each_kind():
 @pytest.mark.slow
 @pytest.mark.skipif(
     not all(os.path.exists(p) for p in ("/usr/bin/time", "/usr/bin/vmstat", "/proc/loadavg")),
-    reason="README's examples read /proc/loadavg and run vmstat and GNU time",
+    reason="the docs' examples read /proc/loadavg and run vmstat and GNU time",
 )
 def test_readmes_listeners_record_under_radt(workspace):
     source = "\n\n".join(readme_examples()[target] for target in EXAMPLES.values())

@@ -146,11 +146,13 @@ def test_make_n_makes_no_virtualenv(tmp_path):
 
 # --------------------------------------------------------------------------- the walk-through
 
-GUIDES = [REPO / "README.md", *sorted((REPO / "examples").iterdir())]
+GUIDES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+GUIDES += sorted((REPO / "examples").iterdir())
 
 
 def guide_text() -> str:
-    """README.md and the examples' comments, each line's leading ``#`` and spaces dropped."""
+    """README.md, the docs' pages and the examples' comments, each line's leading ``#`` and
+    spaces dropped."""
     lines = []
     for path in GUIDES:
         if path.is_file():

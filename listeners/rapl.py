@@ -47,7 +47,7 @@ smallest range known, AMD Zen's 65,532 J, lasts 65 s at 1 kW."""
 ROOT_ONLY = (
     "RAPL energy counters are readable by root only (since CVE-2020-8694); "
     "let users read them: sudo chmod o+r {root}/intel-rapl:*/energy_uj "
-    "(until reboot; README: rapl)"
+    "(until reboot; docs/guide/listeners.md: rapl)"
 )
 
 

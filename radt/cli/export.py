@@ -221,7 +221,7 @@ def run_export(argv: list[str]) -> int:
     if (args.phases or args.phase_summary) and not len(frame):
         print(
             "radt: none of these runs marked phases: wrap parts of the training step in "
-            '`with radt.phase("forward"):` (README, the run API)',
+            '`with radt.phase("forward"):` (docs/guide/runs.md, the run API)',
             file=sys.stderr,
         )
     return 0

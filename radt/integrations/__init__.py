@@ -1,9 +1,9 @@
-"""Deprecated: radT's framework callbacks moved to :mod:`radt.autologging` in radT 0.3
-(:mod:`radt.autologging.transformers`, :mod:`radt.autologging.lightning`).
+"""radT's framework callbacks by their public names: ``radt.integrations.transformers`` and
+``radt.integrations.lightning`` (each ``RadtCallback``), defined in :mod:`radt.autologging`.
 
-``radt.integrations.transformers`` and ``radt.integrations.lightning`` still import, for one
-release, with a :class:`DeprecationWarning`; this package imports nothing until one of them
-(or one of its old names) is asked for.
+The package's old shared names (``BatchSizes``, ``PhaseSteps``, ``batch_size``, now in
+:mod:`radt.autologging.callbacks`) still import, for one release, with a
+:class:`DeprecationWarning`; this package imports nothing until one of them is asked for.
 """
 
 from __future__ import annotations

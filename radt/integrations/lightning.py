@@ -1,11 +1,8 @@
-"""Deprecated: radT 0.3 moved this module to :mod:`radt.autologging.lightning`; this path still
-imports, with a :class:`DeprecationWarning`, for one release."""
+"""The public name of radT's lightning callback: ``radt.integrations.lightning.RadtCallback``
+is :class:`radt.autologging.lightning.RadtCallback`, defined with the rest of autologging."""
 
 from __future__ import annotations
 
 from radt.autologging.lightning import RadtCallback
-from radt.integrations import deprecated
-
-deprecated("radt.integrations.lightning", "radt.autologging.lightning")
 
 __all__ = ["RadtCallback"]

@@ -72,7 +72,7 @@ def params_from_args(args: list[str]) -> dict[str, str]:
     ``--batch-size 128`` → ``batch-size=128``, ``--lr=0.1`` → ``lr=0.1``, a
     flag with no value → ``True``, a repeated flag → its values joined by
     spaces. A flag takes at most the one argument after it; other positional
-    arguments are not params. The original radT differs (README: *What a run
+    arguments are not params. The original radT differs (docs/guide/runs.md: *What a run
     holds*): it logs ``amp=""`` for a bare ``--amp`` and joins every word up
     to the next flag.
     """

@@ -599,14 +599,12 @@ def test_compare_page_fits_the_window_and_colours_cpu_bars_by_mode(page, ui, sho
     frontier = " ".join(annotations(page, "cmp-frontier"))
     assert "No energy: no GPU listener" in frontier and "counted examples" not in frontier
     # CPU per example: each mode's bars in the colour of that mode in the legends above
-    legend = {
-        name: colour
-        for name, colour in zip(
-            page.locator("#cmp-bars .legend .traces .legendtext").all_inner_texts(),
-            fill(page, "#cmp-bars .legend .traces .legendpoints path"),
-            strict=True,
+    legend = dict(
+        page.locator("#cmp-bars .legend .traces").evaluate_all(
+            "els => els.map(e => [e.querySelector('.legendtext').textContent,"
+            " getComputedStyle(e.querySelector('.legendpoints path')).fill])"
         )
-    }
+    )
     assert set(legend) == {"none", "naive"} and len(set(legend.values())) == 2, legend
     for index, name in enumerate(trace_names(page, "cmp-cpu")):
         mode = name.split(" · ")[0]
@@ -672,3 +670,51 @@ def test_runs_grid_shows_the_headline_figures_first_and_hides_blank_columns(page
     for field in ("collocation", "kind", "energy_per_example_nj", "run_id"):
         assert page.evaluate(visible, field), field
     page.screenshot(path=str(shots / f"runs-{width}.png"), full_page=True)
+
+
+ASSETS = Path(__file__).resolve().parents[1] / "frontend" / "assets"
+
+
+def card_width(window: int) -> int:
+    """About the width of a chart in a half-width Compare card (full width under 1100 px)."""
+    page_width = window - 40
+    return page_width - 14 if window <= 1100 else (page_width - 12) // 2 - 14
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_labelled_points_at_the_edge_keep_their_labels_inside_the_plot(browser, shots, width):
+    """The charts with labelled points, drawn by the UI's plotly bundle in a card's width: a
+    single point, and the highest and rightmost of several, with their labels whole."""
+    from radt.frontend.charts import efficiency_figure, frontier_figure
+    from test_ui_figures import study
+
+    from radt.analysis.frontier import frontier_table
+
+    frame = study()
+    one = frame[frame["run_id"] == "alone"]
+    figures = {
+        "efficiency": efficiency_figure(frame),
+        "efficiency-one": efficiency_figure(one),
+        "frontier-one": frontier_figure(frontier_table(one.assign(status="FINISHED"))),
+    }
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    tab = context.new_page()
+    try:
+        tab.set_content("<html><body style='margin:0'></body></html>")
+        tab.add_script_tag(path=str(ASSETS / "plotly-basic.min.js"))
+        for name, fig in figures.items():
+            tab.evaluate(
+                "([fig, w]) => { document.body.innerHTML = `<div id='g' style='width:${w}px'>"
+                "</div>`; return Plotly.newPlot('g', fig.data, fig.layout); }",
+                [json.loads(fig.to_json()), card_width(width)],
+            )
+            area = plot_area(tab, "g")
+            labels = boxes(tab, "#g .textpoint text")
+            assert all(inside(b, area) for b in labels), (name, labels, area)
+            (svg,) = boxes(tab, "#g .main-svg:first-of-type")
+            notes = boxes(tab, "#g .annotation-text")  # the frontier's optima, with arrows
+            assert labels or notes, name
+            assert all(inside(b, svg) for b in notes), (name, notes, svg)
+            tab.screenshot(path=str(shots / f"{name}-{width}.png"))
+    finally:
+        context.close()

@@ -52,6 +52,7 @@ WINDOW_LABEL_TOP_PX = 24
 """How far above the top panel the first window label sits: over the panel's title, off the
 plot area and its lines."""
 TOP_MARGIN_PX = 40
+"""The time-series figure's top margin without window labels (room for the top panel's title)."""
 
 
 def top_margin(bands: int) -> int:

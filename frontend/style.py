@@ -57,16 +57,15 @@ def wrap(message: str, width: int = WRAP_CHARS) -> str:
     if all(len(_TAG.sub("", line)) <= width for line in message.split("<br>")):
         return message
     lines: list[str] = []
-    for line in [message.replace("<br>", " ")]:
-        current = ""
-        for word in line.split(" "):
-            longer = f"{current} {word}" if current else word
-            if current and len(_TAG.sub("", longer)) > width:
-                lines.append(current)
-                current = word
-            else:
-                current = longer
-        lines.append(current)
+    current = ""
+    for word in message.replace("<br>", " ").split(" "):
+        longer = f"{current} {word}" if current else word
+        if current and len(_TAG.sub("", longer)) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = longer
+    lines.append(current)
     return "<br>".join(lines)
 
 

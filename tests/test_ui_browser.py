@@ -576,7 +576,8 @@ COMPARE_GRAPHS = ("cmp-frontier", "cmp-efficiency", "cmp-slowdown", "cmp-bars", 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_compare_page_fits_the_window_and_colours_cpu_bars_by_mode(page, ui, shots, width):
     page.set_viewport_size({"width": width, "height": 900})
-    page.goto(ui + "compare")
+    open_runs(page, ui)  # the study (another test's experiment may be newer), no run ticked
+    page.click("#nav-compare")
     for graph in (*COMPARE_GRAPHS, "cmp-cpu"):
         page.wait_for_selector(f"#{graph} .js-plotly-plot .main-svg")
     wait_for(lambda: len(trace_names(page, "cmp-cpu")) == 2, timeout=60)

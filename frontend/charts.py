@@ -218,6 +218,7 @@ def efficiency_figure(frame: pd.DataFrame) -> go.Figure:
                 mode="markers+text",
                 text=part["workload"].fillna(part["run_name"]),
                 textposition="top center",
+                cliponaxis=False,
                 name=f"{mode} · {cap}" + (f" · {basis}" if mixed else ""),
                 marker={"size": 12, "color": mode_colour(mode), "symbol": symbol},
                 customdata=part[["run_name", "examples", "_window", "_check"]].to_numpy(),
@@ -240,9 +241,38 @@ def efficiency_figure(frame: pd.DataFrame) -> go.Figure:
         font={"color": "#2a7a2a"},
         arrowcolor="#2a7a2a",
     )
-    fig.update_xaxes(title_text="provider time per example", ticksuffix="s", exponentformat="SI")
-    fig.update_yaxes(title_text="provider energy per example", ticksuffix="J", exponentformat="SI")
+    fig.update_xaxes(
+        title_text="provider time per example",
+        ticksuffix="s",
+        exponentformat="SI",
+        range=padded_range(rows["_s"]),
+    )
+    fig.update_yaxes(
+        title_text="provider energy per example",
+        ticksuffix="J",
+        exponentformat="SI",
+        range=padded_range(rows["_j"], above=LABEL_ROOM),
+    )
     return _finish(fig, title)
+
+
+PAD = 0.15
+"""The room beside the outermost points, as a share of the points' span: a label centred on
+a point at the edge stays inside the plot."""
+LABEL_ROOM = 0.3
+"""The room above the highest point, as a share of the span: its label (``top center``)."""
+
+
+def padded_range(values, below: float = PAD, above: float = PAD) -> list[float]:
+    """An axis range over the finite ``values`` with ``below``/``above`` of their span beside
+    them (a single value: of itself), so that the points' labels are not cut at the plot's
+    edge; it starts at 0 where padding would take positive values below 0."""
+    finite = np.asarray(values, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    lo, hi = float(finite.min()), float(finite.max())
+    span = hi - lo or abs(hi) or 1.0
+    start = lo - below * span
+    return [0.0 if lo >= 0 > start else start, hi + above * span]
 
 
 def crosscheck_text(rows: pd.DataFrame) -> np.ndarray:
@@ -341,6 +371,7 @@ def client_energy_figure(frame: pd.DataFrame) -> go.Figure:
                 mode="markers+text",
                 text=part["run_name"],
                 textposition="top center",
+                cliponaxis=False,
                 name=f"{mode} · {cap}" + (" · est." if estimate else ""),
                 marker={
                     "size": 12,
@@ -354,8 +385,18 @@ def client_energy_figure(frame: pd.DataFrame) -> go.Figure:
                 "<br>%{customdata[2]}<extra></extra>",
             )
         )
-    fig.update_xaxes(title_text="time per example", ticksuffix="s", exponentformat="SI")
-    fig.update_yaxes(title_text="GPU energy per example", ticksuffix="J", exponentformat="SI")
+    fig.update_xaxes(
+        title_text="time per example",
+        ticksuffix="s",
+        exponentformat="SI",
+        range=padded_range(rows["_s"]),
+    )
+    fig.update_yaxes(
+        title_text="GPU energy per example",
+        ticksuffix="J",
+        exponentformat="SI",
+        range=padded_range(rows["_j"], above=LABEL_ROOM),
+    )
     return _finish(fig, title)
 
 
@@ -485,6 +526,7 @@ def slowdown_figure(frame: pd.DataFrame) -> go.Figure:
                 mode="markers+text",
                 text=group["run_name"],
                 textposition=group["_position"].tolist(),
+                cliponaxis=False,
                 name=f"{mode} (baseline spread > {BASELINE_SPREAD_LIMIT_PCT:g} %)"
                 if spread_out
                 else str(mode),
@@ -569,8 +611,9 @@ def label_positions(
 
     ``span``: the x and y ranges of the axes (both from 0), which with ``plot_px`` place the
     points in pixels. From the highest point down, each label takes the first place of
-    :data:`LABEL_POSITIONS` where it overlaps no label placed before and no marker; where
-    every place overlaps, the one that overlaps least.
+    :data:`LABEL_POSITIONS` where it overlaps no label placed before and no marker and stays
+    inside the plot; where every place overlaps, the one that overlaps least (the area outside
+    the plot counted as overlap).
     """
     points = [
         (px / (span[0] or 1.0) * plot_px[0], py / (span[1] or 1.0) * plot_px[1])
@@ -588,6 +631,7 @@ def label_positions(
             box = label_box(*points[i], words[i], position)
             clash = sum(_overlap(box, other) for other in placed.values())
             clash += sum(_overlap(box, m) for j, m in enumerate(markers) if j != i)
+            clash += _overlap(box, box) - _overlap(box, (0.0, 0.0, *plot_px))  # cut at the edge
             if best is None or clash < best[0]:
                 best = (clash, position, box)
             if clash == 0:
@@ -640,6 +684,43 @@ NO_FRONTIER = (
     "No finished workload has both time and energy per example:<br>"
     "the frontier needs radt.log_examples(n) in the script and a GPU listener (nvml, dcgm, smi)."
 )
+FRONTIER_NEEDS = {
+    "examples": "no run counted examples: call radt.log_examples(n) in the script "
+    "(or log a metric named <i>examples</i>)",
+    "energy": "no energy: no GPU listener (nvml, dcgm, smi) recorded power in these "
+    "workloads, nor rapl the host's",
+}
+"""What the frontier lacks, each need in words, for its empty state (:func:`frontier_missing`)."""
+
+
+def frontier_missing(summary: pd.DataFrame) -> list[str]:
+    """The needs of :data:`FRONTIER_NEEDS` that no finished workload of a :func:`radt.summary`
+    frame meets: ``examples`` (none counted any) and ``energy`` (none has GPU or host energy)."""
+    rows = summary[summary["level"].isin(PROVIDERS)] if "level" in summary else summary
+    if "status" in rows:
+        rows = rows[rows["status"] == "FINISHED"]
+    missing = []
+    counted = [_finite(rows[c]) for c in ("examples", "examples_total") if c in rows]
+    if not any((values > 0).any() for values in counted):
+        missing.append("examples")
+    energy = [_finite(rows[c]) for c in ("energy_j", "host_energy_j") if c in rows]
+    if not any((values > 0).any() for values in energy):
+        missing.append("energy")
+    return missing
+
+
+def no_frontier_note(summary: pd.DataFrame | None) -> str:
+    """The frontier's empty state: each need the workloads miss by name, or (both met, or no
+    summary to tell) :data:`NO_FRONTIER`."""
+    missing = frontier_missing(summary) if summary is not None else []
+    if not missing:
+        return NO_FRONTIER
+    lines = [FRONTIER_NEEDS[need] for need in missing]
+    return "No frontier: it needs examples and energy per finished workload.<br>" + "<br>".join(
+        line[0].upper() + line[1:] + "." for line in lines
+    )
+
+
 NO_NORMALISED = (
     "No normalised figures: they divide by the Job's <i>none</i> run on the whole GPU at the<br>"
     "default power limit and clock; run the job alone at full power (collocation none, no "
@@ -672,14 +753,17 @@ def configuration_mode(configuration) -> str:
     return Mode.MIG if text[:1].isdigit() else Mode.NONE
 
 
-def frontier_figure(table: pd.DataFrame, normalised: bool = False) -> go.Figure:
+def frontier_figure(
+    table: pd.DataFrame, normalised: bool = False, summary: pd.DataFrame | None = None
+) -> go.Figure:
     """Each Job's time–energy frontier from a :func:`radt.frontier` table.
 
     Every point is a configuration × power limit (mean of its repeats), coloured by
     collocation mode, its symbol the power limit; a line per Job runs through its Pareto
     points, dominated points are faded, and the energy-optimal and time-optimal points are
     labelled. ``normalised``: both axes divided by the Job's ``none`` run on the whole GPU at
-    the default power limit (the dotted lines at 1).
+    the default power limit (the dotted lines at 1). ``summary`` (the :func:`radt.summary`
+    rows the table was made of) lets an empty frontier say which of its needs is missing.
     """
     title = "Frontier: what is worth running" + (" (normalised)" if normalised else "")
     x_name = "time_per_example_norm" if normalised else "time_per_example_ns"
@@ -695,7 +779,9 @@ def frontier_figure(table: pd.DataFrame, normalised: bool = False) -> go.Figure:
         points = points[points["basis"] == bases[0]]
     if points.empty:
         empty = table[table["on_frontier"].notna()] if len(table) else table
-        return empty_figure(NO_NORMALISED if normalised and len(empty) else NO_FRONTIER, title)
+        if normalised and len(empty):
+            return empty_figure(NO_NORMALISED, title)
+        return empty_figure(no_frontier_note(summary), title)
     points = points.assign(
         _mode=points["configuration"].map(configuration_mode),
         _cap=[
@@ -781,8 +867,9 @@ LOADER_TITLES = {
     ("own", "shared"): ": own loaders vs one shared loader",
 }
 """The end of :func:`cpu_figure`'s title: what the loaders shown are."""
-LOADER_COLOURS = {"own": "#7f7f7f", "shared": "#2ca02c"}
-"""Own loaders grey, one shared loader green, in :func:`cpu_figure`."""
+LOADER_PATTERNS = {"own": "", "shared": "/"}
+"""Own loaders' bars plain, one shared loader's hatched, in :func:`cpu_figure` (the colour is
+the collocation mode's, as in the page's other charts)."""
 
 
 def _cpu_note(note) -> str:
@@ -795,8 +882,9 @@ def cpu_figure(frame: pd.DataFrame) -> go.Figure:
     """Provider CPU per example (ms) by configuration for each Job, own vs shared loader.
 
     One bar per Job × configuration (``+ shared loader`` taken off) × power limit ×
-    ``loader``, side by side and coloured by ``loader`` (``own``: each training loads
-    its own data; ``shared``: one shared loader fed them, its CPU counted in). A bar is
+    ``loader``, side by side, coloured by collocation mode (:func:`mode_colour`, as the
+    page's other charts) and hatched for ``shared`` (``own``: each training loads its own
+    data; ``shared``: one shared loader fed them, its CPU counted in). A bar is
     the mean of its workloads' ``cpu_per_example_ns`` (repeats; the hover says how
     many). Workloads whose CPU per example is missing are named under the chart with
     their ``window_note``.
@@ -815,6 +903,7 @@ def cpu_figure(frame: pd.DataFrame) -> go.Figure:
         _config=(configuration.str.removesuffix(SHARED_LOADER) + cap).to_numpy(),
         _loader=rows["loader"].astype(object).fillna("own").astype(str).to_numpy(),
         _name=rows["workload"].fillna(rows["run_name"]).astype(str).to_numpy(),
+        _mode=rows["collocation"].astype(object).fillna(Mode.NONE).astype(str).to_numpy(),
     )
     known = rows[np.isfinite(rows["_ms"])]
     if known.empty:
@@ -824,8 +913,11 @@ def cpu_figure(frame: pd.DataFrame) -> go.Figure:
     slots = list(dict.fromkeys(zip(known["_job"], known["_config"], strict=True)))
     loaders = [m for m in ("own", "shared") if (known["_loader"] == m).any()]
     title += LOADER_TITLES[tuple(loaders)]
-    for loader in loaders:
-        mine = known[known["_loader"] == loader]
+    modes = list(dict.fromkeys(known["_mode"]))
+    for loader, mode in ((lo, m) for lo in loaders for m in modes):
+        mine = known[(known["_loader"] == loader) & (known["_mode"] == mode)]
+        if mine.empty:
+            continue
         means = mine.groupby(keys, sort=False)["_ms"].agg(["mean", "count"])
         names = mine.groupby(keys, sort=False)["_name"].agg(", ".join)
         present = [s for s in slots if s in means.index]
@@ -833,8 +925,13 @@ def cpu_figure(frame: pd.DataFrame) -> go.Figure:
             go.Bar(
                 x=[[s[0] for s in present], [s[1] for s in present]],
                 y=[float(means.loc[s, "mean"]) for s in present],
-                name=f"{loader} loader" + ("s" if loader == "own" else ""),
-                marker_color=LOADER_COLOURS.get(loader, "#1f77b4"),
+                name=f"{mode} · {loader} loader" + ("s" if loader == "own" else ""),
+                legendgroup=mode,
+                offsetgroup=loader,  # side by side by loader; a slot has one mode
+                marker={
+                    "color": mode_colour(mode),
+                    "pattern": {"shape": LOADER_PATTERNS.get(loader, "")},
+                },
                 customdata=[[int(means.loc[s, "count"]), names.loc[s]] for s in present],
                 hovertemplate="%{x}<br>%{y:.4g} ms CPU per example (mean of %{customdata[0]}: "
                 "%{customdata[1]})<extra>" + loader + "</extra>",

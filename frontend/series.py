@@ -48,6 +48,18 @@ PHASES_TITLE = "phases (radt.phase): % of each run's phase span in view"
 """The phase panel's title, which says what a lane's share is of."""
 WINDOW_LABEL_PX = 14
 """How far apart, in pixels, the window labels of successive runs sit (one line each)."""
+WINDOW_LABEL_TOP_PX = 24
+"""How far above the top panel the first window label sits: over the panel's title, off the
+plot area and its lines."""
+TOP_MARGIN_PX = 40
+"""The time-series figure's top margin without window labels (room for the top panel's title)."""
+
+
+def top_margin(bands: int) -> int:
+    """The figure's top margin with ``bands`` window labels above the top panel."""
+    if not bands:
+        return TOP_MARGIN_PX
+    return max(TOP_MARGIN_PX, WINDOW_LABEL_TOP_PX + WINDOW_LABEL_PX * bands + 6)
 
 
 @dataclass(frozen=True)
@@ -168,11 +180,12 @@ def window_bands(
 ) -> int:
     """Shade each run's window across all ``rows`` panels, in the run's colour; return how many.
 
-    One shape per run, named and labelled ``pair-A: window (examples)`` (each run's label a
-    line below the one before, :data:`WINDOW_LABEL_PX`), drawn
-    on the bottom panel's time axis, which the others match, over the whole
-    height. (No legend entries: plotly stops zooming matched axes when a shape
-    has one, and a shape on a matching axis does the same.)
+    One shape per run, named ``pair-A: window (examples)``, drawn on the bottom panel's time
+    axis, which the others match, over the whole height; its label, the same words, is an
+    annotation at the window's start above the top panel (each run's a line above the one
+    before, :data:`WINDOW_LABEL_PX`), off the plot so that it never covers a line. (No legend
+    entries: plotly stops zooming matched axes when a shape has one, and a shape on a
+    matching axis does the same.)
     """
     axis = f"x{rows}" if rows > 1 else "x"
     drawn = 0
@@ -199,13 +212,20 @@ def window_bands(
             layer="below",
             line_width=0,
             name=f"{label}: window ({span.basis})",
-            label={
-                "text": f"{label}: window ({span.basis})",
-                "textposition": "top left",
-                # a line of its own per run: windows that start together label apart
-                "padding": 3 + WINDOW_LABEL_PX * drawn,
-                "font": {"size": 10, "color": colours.get(run_id, "#888888")},
-            },
+        )
+        fig.add_annotation(
+            x=x0,
+            xref=axis,
+            y=1,
+            yref="paper",
+            xanchor="left",
+            yanchor="bottom",
+            # a line of its own per run: windows that start together label apart
+            yshift=WINDOW_LABEL_TOP_PX + WINDOW_LABEL_PX * drawn,
+            text=f"{label}: window ({span.basis})",
+            name=f"{label}: window ({span.basis})",
+            showarrow=False,
+            font={"size": 10, "color": colours.get(run_id, "#888888")},
         )
         drawn += 1
     return drawn
@@ -326,12 +346,13 @@ def timeseries_figure(
     )
     if window is not None:
         fig.update_xaxes(range=list(window), autorange=False)
-    height = max(320, sum(heights) + 120)
+    top = top_margin(stats.bands)
+    height = max(320, sum(heights) + 80 + top)
     fig.update_layout(
         height=height,
-        margin={"l": 60, "r": 20, "t": 40, "b": 50},
+        margin={"l": 60, "r": 20, "t": top, "b": 50},
         # below the time axis's title: 60 px under the plot area, in paper units
-        legend={"orientation": "h", "yanchor": "top", "y": -60 / (height - 90), "x": 0},
+        legend={"orientation": "h", "yanchor": "top", "y": -60 / (height - 50 - top), "x": 0},
         hovermode="closest",
         uirevision=revision,
         template="plotly_white",

@@ -3,6 +3,8 @@ charts and pages."""
 
 from __future__ import annotations
 
+import re
+
 import plotly.graph_objects as go
 from dash import dcc
 
@@ -22,9 +24,8 @@ PALETTE = (
 )
 """Run colours (plotly's D3 palette), in the order the runs are listed."""
 
-"""Collocation modes in the order the compare charts list them."""
-
 MODE_COLOURS = {"none": "#7f7f7f", "naive": "#ff7f0e", "mps": "#2ca02c", "mig": "#1f77b4"}
+"""The colour of each collocation mode, in every Compare chart and its legend."""
 
 
 def choice(id_: str, options: dict[str, str], value: str) -> dcc.RadioItems:
@@ -43,11 +44,37 @@ def mode_colour(mode: str | None) -> str:
     return MODE_COLOURS.get(str(mode or Mode.NONE), "#444444")
 
 
+WRAP_CHARS = 56
+"""The longest line of an empty figure's note, in characters: it fits a half-width card at
+1100 px, the narrowest window with two cards to a row (plotly does not wrap text)."""
+_TAG = re.compile(r"<[^>]+>")
+
+
+def wrap(message: str, width: int = WRAP_CHARS) -> str:
+    """``message`` as it is where each of its ``<br>`` lines has at most ``width`` visible
+    characters (tags such as ``<i>`` not counted), else broken again at spaces into such
+    lines (its own breaks, set for a wide chart, taken as spaces)."""
+    if all(len(_TAG.sub("", line)) <= width for line in message.split("<br>")):
+        return message
+    lines: list[str] = []
+    current = ""
+    for word in message.replace("<br>", " ").split(" "):
+        longer = f"{current} {word}" if current else word
+        if current and len(_TAG.sub("", longer)) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = longer
+    lines.append(current)
+    return "<br>".join(lines)
+
+
 def empty_figure(message: str, title: str | None = None) -> go.Figure:
-    """A figure without data that says why, in its middle (never an empty plot)."""
+    """A figure without data that says why, in its middle (never an empty plot), its note
+    :func:`wrap`-ped to fit a half-width card."""
     fig = go.Figure()
     fig.add_annotation(
-        text=message,
+        text=wrap(message),
         xref="paper",
         yref="paper",
         x=0.5,

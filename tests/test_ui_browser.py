@@ -201,6 +201,14 @@ def boxes(page: Page, selector: str) -> list[list[float]]:
     )
 
 
+def window_labels(page: Page) -> list[list[float]]:
+    """The boxes of the time series' window labels (``pair-A: window (examples)``)."""
+    return page.locator("#ts-graph .annotation-text").evaluate_all(
+        "els => els.filter(e => e.textContent.includes(': window (')).map(e => {"
+        " const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })"
+    )
+
+
 def overlapping(these: list[list[float]], those: list[list[float]]) -> list:
     """The pairs of distinct boxes, one of each list, that share area."""
     return [
@@ -276,7 +284,7 @@ def test_selected_runs_overlay_their_series_with_their_workloads(page, ui, study
     assert any(name.startswith("pair (workload): window (") for name in shown), shown
     assert "Shaded: each run's window" in page.inner_text("#ts-info")
     # runs' windows start together (seconds since each run started): each label on its own line
-    labels = boxes(page, "#ts-graph .shape-label-text")
+    labels = window_labels(page)
     assert len(labels) == 4 and not overlapping(labels, labels), labels
     # the workloads' device-wide series come with their runs
     pick(page, "ts-keys", "iostat/net/recv_mib_s")
@@ -350,7 +358,10 @@ def test_compare_page_draws_the_study_charts(page, ui, study, shots):
     assert "Workload figures are over their window" in page.inner_text("#cmp-note")
     assert "No GPU utilisation" in page.inner_text("#cmp-util")
     page.wait_for_selector("#cmp-cpu .js-plotly-plot .main-svg")
-    wait_for(lambda: trace_names(page, "cmp-cpu") == ["own loaders"], timeout=30)
+    wait_for(
+        lambda: trace_names(page, "cmp-cpu") == ["none · own loaders", "naive · own loaders"],
+        timeout=30,
+    )
     page.screenshot(path=str(shots / "compare.png"), full_page=True)
 
 
@@ -531,3 +542,180 @@ def test_ui_reads_an_mlflow_server_too(page, study, tmp_path, shots):
         wait_for(lambda: "pair-B · top/proc/cpu_pct" in trace_names(page), timeout=60)
         page.screenshot(path=str(shots / "timeseries-server.png"), full_page=True)
         page.goto("about:blank")  # no request in flight when the servers stop
+
+
+# --------------------------------------------------------------------------- widths
+
+WIDTHS = (1024, 1280, 1920)
+"""The window widths the layout tests take each page at."""
+
+
+def inside(box: list[float], frame: list[float], slack: float = 1.0) -> bool:
+    """Whether ``box`` lies within ``frame`` (both ``[left, top, right, bottom]``)."""
+    return (
+        box[0] >= frame[0] - slack
+        and box[1] >= frame[1] - slack
+        and box[2] <= frame[2] + slack
+        and box[3] <= frame[3] + slack
+    )
+
+
+def plot_area(page: Page, graph: str) -> list[float]:
+    """The box of the (first) plot area of the chart ``#graph``, where its traces are drawn."""
+    return boxes(page, f"#{graph} .draglayer .xy .nsewdrag")[0]
+
+
+def fill(page: Page, selector: str) -> list[str]:
+    """The fill colours (``rgb(…)``) of the elements ``selector`` as drawn."""
+    return page.locator(selector).evaluate_all("els => els.map(e => getComputedStyle(e).fill)")
+
+
+COMPARE_GRAPHS = ("cmp-frontier", "cmp-efficiency", "cmp-slowdown", "cmp-bars", "cmp-util")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_compare_page_fits_the_window_and_colours_cpu_bars_by_mode(page, ui, shots, width):
+    page.set_viewport_size({"width": width, "height": 900})
+    open_runs(page, ui)  # the study (another test's experiment may be newer), no run ticked
+    page.click("#nav-compare")
+    for graph in (*COMPARE_GRAPHS, "cmp-cpu"):
+        page.wait_for_selector(f"#{graph} .js-plotly-plot .main-svg")
+    wait_for(lambda: len(trace_names(page, "cmp-cpu")) == 2, timeout=60)
+    wait_for(lambda: "No energy" in " ".join(annotations(page, "cmp-frontier")), timeout=60)
+    view = [0, 0, width, 10_000]
+    # the notes of empty charts (a CPU-only study: no energy, no utilisation, no frontier)
+    # and every other text on a chart lie within their chart, and the chart in the window
+    for graph in COMPARE_GRAPHS:
+        (svg,) = boxes(page, f"#{graph} .main-svg:first-of-type")
+        assert inside(svg, view), (graph, svg)
+        drawn = (".annotation-text", ".gtitle", ".legendtext", ".textpoint text")
+        texts = boxes(page, ", ".join(f"#{graph} {what}" for what in drawn))
+        assert texts and all(inside(t, svg) for t in texts), (graph, svg, texts)
+    note = page.locator("#cmp-note")
+    assert note.evaluate("e => e.scrollWidth <= e.clientWidth")  # its text wraps
+    assert inside(boxes(page, "#cmp-note")[0], view)
+    notes = " ".join(annotations(page, "cmp-efficiency"))
+    assert "No GPU energy" in notes
+    # the frontier says which of its needs is missing: energy (the job counted examples)
+    frontier = " ".join(annotations(page, "cmp-frontier"))
+    assert "No energy: no GPU listener" in frontier and "counted examples" not in frontier
+    # CPU per example: each mode's bars in the colour of that mode in the legends above
+    legend = dict(
+        page.locator("#cmp-bars .legend .traces").evaluate_all(
+            "els => els.map(e => [e.querySelector('.legendtext').textContent,"
+            " getComputedStyle(e.querySelector('.legendpoints path')).fill])"
+        )
+    )
+    assert set(legend) == {"none", "naive"} and len(set(legend.values())) == 2, legend
+    for index, name in enumerate(trace_names(page, "cmp-cpu")):
+        mode = name.split(" · ")[0]
+        drawn = set(fill(page, f"#cmp-cpu .barlayer .trace:nth-child({index + 1}) .point path"))
+        assert drawn == {legend[mode]}, (name, drawn, legend)
+    page.screenshot(path=str(shots / f"compare-{width}.png"), full_page=True)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_single_points_label_is_inside_its_chart(page, ui, shots, width):
+    page.set_viewport_size({"width": width, "height": 900})
+    open_runs(page, ui)
+    tick(page, "alone-A")
+    page.click("#nav-compare")
+    page.wait_for_selector("#cmp-slowdown .js-plotly-plot .main-svg")
+    wait_for(lambda: len(boxes(page, "#cmp-slowdown .textpoint text")) == 1, timeout=60)
+    (label,) = boxes(page, "#cmp-slowdown .textpoint text")
+    area = plot_area(page, "cmp-slowdown")
+    assert inside(label, area), (label, area)
+    page.screenshot(path=str(shots / f"single-point-{width}.png"), full_page=True)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_window_labels_sit_above_the_lines_at_every_width(page, ui, shots, width):
+    page.set_viewport_size({"width": width, "height": 900})
+    open_runs(page, ui)
+    tick(page, "alone-A", "pair-A")
+    page.click("#nav-time")
+    page.wait_for_selector("#ts-graph .scatterlayer .trace")
+    wait_for(lambda: len(window_labels(page)) == 4, timeout=60)
+    labels = window_labels(page)
+    area = plot_area(page, "ts-graph")  # the top panel, where the CPU lines are
+    lines = boxes(page, "#ts-graph .scatterlayer .trace .js-line")
+    assert lines and not overlapping(labels, lines), (labels, lines)
+    assert all(label[3] <= area[1] for label in labels), (labels, area)  # above the plot
+    (svg,) = boxes(page, "#ts-graph .main-svg:first-of-type")
+    assert all(inside(label, svg) for label in labels), (labels, svg)
+    titles = boxes(page, "#ts-graph .annotation-text")
+    titles = [t for t in titles if t not in labels]
+    assert not overlapping(labels, titles) and not overlapping(labels, labels)
+    page.screenshot(path=str(shots / f"timeseries-{width}.png"), full_page=True)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_runs_grid_shows_the_headline_figures_first_and_hides_blank_columns(page, ui, shots, width):
+    from radt.frontend.pages.runs import FRONT
+
+    page.set_viewport_size({"width": width, "height": 900})
+    open_runs(page, ui)
+    wait_for(lambda: len(grid_rows(page)) == 5, timeout=30)
+    (grid,) = boxes(page, "#runs-grid .ag-root-wrapper")
+    assert grid[2] <= width
+    for field in FRONT:
+        header = boxes(page, f"[role=columnheader][col-id='{field}']")
+        assert header and inside(header[0], grid), (field, header, grid)
+    # after the run, the figures; the configuration after them
+    lefts = [boxes(page, f"[role=columnheader][col-id='{f}']")[0][0] for f in FRONT]
+    assert lefts == sorted(lefts)
+    visible = "f => dash_ag_grid.getApi('runs-grid').getColumn(f).isVisible()"
+    # a CPU-only study without power caps: these are blank in every row
+    for field in ("mig_profile", "mps_thread_pct", "power_limit_w", "slurm_job_id"):
+        wait_for(lambda f=field: not page.evaluate(visible, f), timeout=30)
+    for field in ("collocation", "kind", "energy_per_example_nj", "run_id"):
+        assert page.evaluate(visible, field), field
+    page.screenshot(path=str(shots / f"runs-{width}.png"), full_page=True)
+
+
+ASSETS = Path(__file__).resolve().parents[1] / "frontend" / "assets"
+
+
+def card_width(window: int) -> int:
+    """About the width of a chart in a half-width Compare card (full width under 1100 px)."""
+    page_width = window - 40
+    return page_width - 14 if window <= 1100 else (page_width - 12) // 2 - 14
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_labelled_points_at_the_edge_keep_their_labels_inside_the_plot(browser, shots, width):
+    """The charts with labelled points, drawn by the UI's plotly bundle in a card's width: a
+    single point, and the highest and rightmost of several, with their labels whole."""
+    from radt.frontend.charts import efficiency_figure, frontier_figure
+    from test_ui_figures import study
+
+    from radt.analysis.frontier import frontier_table
+
+    frame = study()
+    one = frame[frame["run_id"] == "alone"]
+    figures = {
+        "efficiency": efficiency_figure(frame),
+        "efficiency-one": efficiency_figure(one),
+        "frontier-one": frontier_figure(frontier_table(one.assign(status="FINISHED"))),
+    }
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    tab = context.new_page()
+    try:
+        tab.set_content("<html><body style='margin:0'></body></html>")
+        tab.add_script_tag(path=str(ASSETS / "plotly-basic.min.js"))
+        for name, fig in figures.items():
+            tab.evaluate(
+                "([fig, w]) => { document.body.innerHTML = `<div id='g' style='width:${w}px'>"
+                "</div>`; return Plotly.newPlot('g', fig.data, fig.layout); }",
+                [json.loads(fig.to_json()), card_width(width)],
+            )
+            area = plot_area(tab, "g")
+            labels = boxes(tab, "#g .textpoint text")
+            assert all(inside(b, area) for b in labels), (name, labels, area)
+            (svg,) = boxes(tab, "#g .main-svg:first-of-type")
+            notes = boxes(tab, "#g .annotation-text")  # the frontier's optima, with arrows
+            assert labels or notes, name
+            assert all(inside(b, svg) for b in notes), (name, notes, svg)
+            tab.screenshot(path=str(shots / f"{name}-{width}.png"))
+    finally:
+        context.close()

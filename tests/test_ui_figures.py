@@ -41,6 +41,7 @@ from radt.frontend.series import (
     split_unit,
     timeseries_figure,
 )
+from radt.frontend.style import MODE_COLOURS, wrap
 
 from radt.analysis.summary import COLUMNS
 
@@ -48,7 +49,8 @@ T0 = pd.Timestamp("2026-01-01T00:00:00Z")
 
 
 def annotations(fig) -> str:
-    return " ".join(a.text or "" for a in fig.layout.annotations)
+    """The figure's texts, its line breaks (set to fit a card) as spaces."""
+    return " ".join((a.text or "").replace("<br>", " ") for a in fig.layout.annotations)
 
 
 # --------------------------------------------------------------------------- downsampling
@@ -271,7 +273,11 @@ def test_each_runs_window_is_a_band_in_every_panel():
     # on the bottom panel's axis, which the top one matches, from the bottom to the top
     assert (a.xref, a.yref, a.y0, a.y1) == ("x2", "paper", 0, 1)
     assert fig.layout.xaxis.matches == "x2"
-    assert a.name == a.label.text == "pair-A: window (examples)"
+    assert a.name == "pair-A: window (examples)"
+    label_a, label_b = fig.layout.annotations[-2:]  # the bands' labels, above the top panel
+    assert label_a.text == a.name and label_b.text == b.name
+    assert (label_a.x, label_a.xref, label_a.yref, label_a.y) == (4.0, "x2", "paper", 1)
+    assert label_a.yanchor == "bottom" and label_a.yshift > 0
     assert a.fillcolor == fig.data[0].line.color
     assert not a.showlegend  # a shape in the legend stops plotly zooming the matched axes
     fig, _ = timeseries_figure(frame, runs, keys, windows=windows, relative=False)
@@ -298,8 +304,11 @@ def test_window_labels_of_runs_that_start_together_are_on_lines_of_their_own():
     }
     fig, _ = timeseries_figure(frame, runs, ["top/proc/cpu_pct"], windows=windows)
     a, b = fig.layout.shapes
-    assert a.x0 == b.x0 == 4.0 and a.label.textposition == b.label.textposition == "top left"
-    assert b.label.padding - a.label.padding >= 14  # a 10-px line apart, at least
+    label_a, label_b = fig.layout.annotations[-2:]
+    assert a.x0 == b.x0 == label_a.x == label_b.x == 4.0
+    assert label_b.yshift - label_a.yshift >= 14  # a 10-px line apart, at least
+    # above the plot area, and the top margin holds both lines
+    assert label_a.yshift >= 20 and fig.layout.margin.t >= label_b.yshift + 14
 
 
 def test_phase_shares_are_of_each_runs_own_phase_span_and_the_panel_says_so():
@@ -533,13 +542,23 @@ def loader_study() -> pd.DataFrame:
 def test_cpu_per_example_by_configuration_sets_own_and_shared_loaders_side_by_side():
     fig = cpu_figure(loader_study())
     assert fig.layout.barmode == "group"
-    own, shared = fig.data
-    assert (own.name, shared.name) == ("own loaders", "shared loader")
-    assert own.marker.color != shared.marker.color
-    assert [list(level) for level in own.x] == [["train.py", "train.py"], ["none", "naive x3"]]
-    assert list(own.y) == pytest.approx([12.0, 16.0])  # ms; naive x3: mean of 15 and 17
-    assert [c[0] for c in own.customdata] == [1, 2]
-    assert own.customdata[1][1] == "own-r1, own-r2"
+    alone, own, shared = fig.data
+    assert (alone.name, own.name, shared.name) == (
+        "none · own loaders",
+        "naive · own loaders",
+        "naive · shared loader",
+    )
+    # coloured by collocation mode as the page's legends, the shared loader hatched
+    assert alone.marker.color == MODE_COLOURS["none"] != own.marker.color
+    assert own.marker.color == shared.marker.color == MODE_COLOURS["naive"]
+    assert not own.marker.pattern.shape and shared.marker.pattern.shape == "/"
+    assert (own.offsetgroup, shared.offsetgroup) == ("own", "shared")
+    assert [list(level) for level in alone.x] == [["train.py"], ["none"]]
+    assert [list(level) for level in own.x] == [["train.py"], ["naive x3"]]
+    assert list(alone.y) == pytest.approx([12.0])
+    assert list(own.y) == pytest.approx([16.0])  # ms; naive x3: mean of 15 and 17
+    assert [c[0] for c in own.customdata] == [2]
+    assert own.customdata[0][1] == "own-r1, own-r2"
     assert [list(level) for level in shared.x] == [["train.py"], ["naive x3"]]
     assert list(shared.y) == pytest.approx([6.0])
     assert "lost: run L: no samples" in annotations(fig)
@@ -580,7 +599,8 @@ def test_cpu_per_example_without_top_says_what_it_needs():
     fig = cpu_figure(loader_study().assign(cpu_per_example_ns=math.nan))
     assert not fig.data and "needs the <i>top</i> listener" in annotations(fig)
     capped = loader_study().assign(power_limit_w="250")
-    assert list(cpu_figure(capped).data[0].x[1]) == ["none · 250 W", "naive x3 · 250 W"]
+    bars = cpu_figure(capped).data
+    assert [list(t.x[1]) for t in bars[:2]] == [["none · 250 W"], ["naive x3 · 250 W"]]
 
 
 def test_slowdown_against_partition_size_with_the_one_to_one_line():
@@ -793,3 +813,71 @@ def test_the_key_list_shows_many_keys_at_a_time():
 
     keys = _find(layout(), "ts-keys")
     assert keys.maxHeight >= 480  # Dash's 200 px showed 3 of 42 keys under its search box
+
+
+# --------------------------------------------------------------------------- widths
+
+
+def test_a_long_empty_state_note_is_wrapped_to_fit_a_half_width_card():
+    from radt.frontend.charts import NO_ENERGY
+    from radt.frontend.style import WRAP_CHARS, empty_figure
+
+    text = empty_figure(NO_ENERGY).layout.annotations[0].text
+    lines = text.split("<br>")
+    assert len(lines) == 3 and all(len(line) <= WRAP_CHARS for line in lines)
+    assert " ".join(lines) == NO_ENERGY.replace("<br>", " ")  # no word lost
+    assert wrap("short<br>lines") == "short<br>lines"  # its own breaks kept where they fit
+    # tags take no room: 5 visible characters
+    assert wrap("<i>abcde</i> fgh", width=9) == "<i>abcde</i> fgh"
+    assert wrap("<i>abcde</i> fghij", width=9) == "<i>abcde</i><br>fghij"
+
+
+def test_the_frontiers_empty_state_names_each_need_that_is_missing():
+    from radt.frontend.charts import FRONTIER_NEEDS, frontier_figure, no_frontier_note
+
+    from radt.analysis.frontier import frontier_table
+
+    def note(frame):
+        text = frontier_figure(frontier_table(frame), summary=frame).layout.annotations[0].text
+        return text.replace("<br>", " ")
+
+    finished = study().assign(status="FINISHED", examples=1000.0, energy_j=50.0)
+    cpu_only = finished.assign(energy_j=math.nan, energy_per_example_nj=math.nan)
+    assert len(frontier_table(finished))  # a frontier with both
+    text = note(cpu_only)  # examples counted, no energy
+    assert "no GPU listener" in text and "counted examples" not in text
+    uncounted = finished.assign(examples=math.nan, examples_total=math.nan)
+    uncounted = uncounted.assign(time_per_example_ns=math.nan, energy_per_example_nj=math.nan)
+    text = note(uncounted)  # energy, no examples
+    assert "No run counted examples" in text and "GPU listener" not in text
+    neither = cpu_only.assign(examples=math.nan, examples_total=math.nan)
+    text = note(neither.assign(time_per_example_ns=math.nan))
+    assert "counted examples" in text and "no GPU listener" in text
+    assert set(FRONTIER_NEEDS) == {"examples", "energy"}
+    assert "No finished workload" in no_frontier_note(None)  # nothing to tell them apart by
+
+
+def test_padded_ranges_leave_room_for_a_points_label():
+    from radt.frontend.charts import label_positions, padded_range
+
+    assert padded_range([2.0]) == pytest.approx([1.7, 2.3])  # one point: of itself
+    assert padded_range([1.0, 3.0], above=0.5) == pytest.approx([0.7, 4.0])
+    assert padded_range([0.1, 10.0]) == pytest.approx([0.0, 11.485])  # not below 0
+    # a point in the top right corner: its label goes where the plot has room for it
+    (position,) = label_positions([10.0], [10.0], ["a-long-label"], (10.0, 10.0))
+    assert position in ("bottom left", "middle left")
+
+
+def test_runs_grid_puts_the_headline_figures_first_and_hides_blank_columns():
+    from radt.frontend.pages.runs import FRONT, grid_columns
+
+    order = [c["field"] for c in GRID_COLUMNS]
+    assert order[: 1 + len(FRONT)] == ["name", *FRONT]
+    assert order.index("slowdown") < order.index("collocation") < order.index("job")
+    rows = grid_rows(study(energy=False).assign(mig_profile=None, mps_thread_pct=math.nan))
+    hidden = {c["field"] for c in grid_columns(rows) if c.get("hide")}
+    assert {"mig_profile", "mps_thread_pct", "slurm_job_id"} <= hidden
+    assert not {"energy_per_example_nj", "slowdown", "collocation", "kind"} & hidden
+    assert "power_limit_w" not in hidden  # the study's MIG pair ran at 250 W
+    rows = grid_rows(study(energy=False).assign(power_limit_w=None))
+    assert "power_limit_w" in {c["field"] for c in grid_columns(rows) if c.get("hide")}

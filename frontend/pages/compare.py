@@ -47,7 +47,9 @@ class Chart:
 CHART_LIST = (
     Chart(
         "cmp-frontier",
-        lambda shown, view: frontier_figure(frontier_table(shown), normalised=view == "normalised"),
+        lambda shown, view: frontier_figure(
+            frontier_table(shown), normalised=view == "normalised", summary=shown
+        ),
     ),
     Chart("cmp-efficiency", lambda shown, _view: efficiency_figure(shown), paired=True),
     Chart("cmp-slowdown", lambda shown, _view: slowdown_figure(shown), paired=True),

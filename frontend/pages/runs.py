@@ -163,10 +163,16 @@ JOB_FIELD_COLUMNS = [
 ]
 """A distributed job's own figures (docs/analysis.md, "Distributed jobs"), after examples/s;
 blank on every other row."""
-_AFTER = next(i for i, c in enumerate(FIGURE_COLUMNS) if c["field"] == "examples_per_s") + 1
+FRONT = ("examples_per_s", "time_per_example_ns", "energy_per_example_nj", "slowdown")
+"""The figures users come for, right after the run: before its configuration, in view at
+1280 px."""
+_BY_FIELD = {c["field"]: c for c in FIGURE_COLUMNS}
+_REST = [c for c in FIGURE_COLUMNS if c["field"] not in FRONT]
+_AFTER = next(i for i, c in enumerate(_REST) if c["field"] == "examples") + 1
 
 COLUMNS = [
     _col("name", "run", pinned="left", minWidth=170),
+    *(_BY_FIELD[field] for field in FRONT),
     _col("kind", "kind", width=105),
     _col("workload", "workload", width=120),
     _col(
@@ -188,27 +194,37 @@ COLUMNS = [
     _col("configuration", "configuration", width=140),
     _col("job", "job", minWidth=320, maxWidth=640, tooltipField="job"),
     _col("params", "params", minWidth=160, maxWidth=640, tooltipField="params"),
-    *FIGURE_COLUMNS[:_AFTER],
+    *_REST[:_AFTER],
     *JOB_FIELD_COLUMNS,
-    *FIGURE_COLUMNS[_AFTER:],
+    *_REST[_AFTER:],
     _col("window_note", "why a figure is missing", minWidth=260),
     _col("start", "start (UTC)", width=170),
     _col("slurm_job_id", "Slurm job", width=120, hide=True),
     _col("slurm_node", "node", width=130, hide=True),
     _col("run_id", "run id", width=290),
 ]
-"""The grid's columns: ``radt.summary`` columns, numbers formatted, each filterable and sortable."""
+"""The grid's columns: ``radt.summary`` columns, numbers formatted, each filterable and sortable;
+the run, then :data:`FRONT`, then what the run was (configuration, job, params), then the other
+figures."""
 SLURM_FIELDS = ("slurm_job_id", "slurm_node")
 """Columns shown only when a run of the experiment ran in a Slurm job."""
 JOB_FIELDS = tuple(column["field"] for column in JOB_FIELD_COLUMNS)
 """Columns shown only when a distributed job of the experiment has them."""
-OPTIONAL_FIELDS = (*SLURM_FIELDS, *JOB_FIELDS)
+ALWAYS_SHOWN = ("name", *FRONT, "kind", "status", "run_id")
+"""Columns shown even when every row is blank in them (a blank figure's tooltip says why)."""
+OPTIONAL_FIELDS = tuple(c["field"] for c in COLUMNS if c["field"] not in ALWAYS_SHOWN)
+"""Columns shown only when a row has them (a CPU-only study: no MIG profile, MPS %, power
+limit; the Slurm job and node; a distributed job's figures)."""
+
+
+def _blank(value) -> bool:
+    return value is None or value == ""
 
 
 def grid_columns(rows: list[dict]) -> list[dict]:
-    """The grid's columns for ``rows`` (:func:`grid_rows`): the Slurm job and node, and a
-    distributed job's figures, shown when any run has them, hidden otherwise."""
-    shown = {name for name in OPTIONAL_FIELDS if any(row.get(name) is not None for row in rows)}
+    """The grid's columns for ``rows`` (:func:`grid_rows`): each of :data:`OPTIONAL_FIELDS`
+    shown when any row has it, hidden when it is blank in every row."""
+    shown = {name for name in OPTIONAL_FIELDS if any(not _blank(row.get(name)) for row in rows)}
     return [
         {**column, "hide": column["field"] not in shown}
         if column["field"] in OPTIONAL_FIELDS
@@ -439,7 +455,7 @@ def register(app: Dash, store: Store) -> None:
         height = {"height": f"{min(656, 116 + 42 * len(data))}px"}
         wanted = grid_columns(data)
         same = [c.get("hide") for c in wanted] == [c.get("hide") for c in columns or []]
-        # columns set again only when the Slurm ones show or hide: a user's widths stay
+        # columns set again only when some show or hide: a user's widths stay
         return data, no_update if same else wanted, {"ids": kept}, height, note, chosen
 
     @app.callback(

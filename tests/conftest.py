@@ -30,6 +30,14 @@ RUNTIME = Path(tempfile.mkdtemp(prefix="radt-tests-runtime-"))
 os.environ["XDG_RUNTIME_DIR"] = str(RUNTIME)
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Name a failure the moment it happens (the summary comes only at the end of a long run,
+    and not at all from a run cut short)."""
+    if report.failed:
+        sys.stderr.write(f"\nFAILED {report.nodeid} ({report.when})\n")
+        sys.stderr.flush()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """End the warm launchers this session's radT started, and remove their folder."""
     from radt import warm

@@ -204,8 +204,10 @@ def run(argv: list[str]) -> int | None:
         conn.close()
         return None
     pid = int(first.split()[1])
-    previous = {
-        sig: signal.signal(sig, lambda signum, _frame: _forward(pid, signum)) for sig in FORWARDED
+    previous = {  # an ignored signal stays ignored (`nohup`): the run ignores it too
+        sig: signal.signal(sig, lambda signum, _frame: _forward(pid, signum))
+        for sig in FORWARDED
+        if signal.getsignal(sig) != signal.SIG_IGN
     }
     try:
         while True:
@@ -272,6 +274,7 @@ def _send(conn: socket.socket, argv: list[str]) -> None:
             "env": dict(os.environ),
             "umask": umask,
             "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "ignored": [int(sig) for sig in FORWARDED if signal.getsignal(sig) == signal.SIG_IGN],
             "rlimits": {name: resource.getrlimit(getattr(resource, name)) for name in RLIMITS},
         }
     ).encode()
@@ -473,9 +476,15 @@ def _run_radt(request: dict, fds: list[int], main: Callable[[list[str]], int]) -
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    ignored = set(request.get("ignored", ()))
+    for sig in FORWARDED:  # the caller's dispositions, as its exec would have inherited them
+        if int(sig) in ignored:
+            signal.signal(sig, signal.SIG_IGN)
+        elif sig == signal.SIGINT:
+            signal.signal(sig, signal.default_int_handler)
+        else:
+            signal.signal(sig, signal.SIG_DFL)
     os.chdir(request["cwd"])
     os.umask(request["umask"])
     with contextlib.suppress(OSError, KeyError, TypeError):  # raising it needs no privilege

@@ -33,7 +33,7 @@ os.environ["XDG_RUNTIME_DIR"] = str(RUNTIME)
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Name a failure the moment it happens (the summary comes only at the end of a long run,
     and not at all from a run cut short)."""
-    if report.failed:
+    if report.failed and "PYTEST_XDIST_WORKER" not in os.environ:  # once, by the controller
         sys.stderr.write(f"\nFAILED {report.nodeid} ({report.when})\n")
         sys.stderr.flush()
 

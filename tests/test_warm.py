@@ -121,6 +121,37 @@ def test_the_callers_signal_stops_its_run_and_a_gone_warm_launcher_is_not_needed
         assert {r.info.status for r in ws.runs()} == {"FINISHED", "KILLED"}
 
 
+@pytest.mark.slow
+def test_a_signal_the_caller_ignores_is_ignored_by_its_run(workspace, tmp_path):
+    """As under `nohup`: a SIGHUP to the caller neither reaches its run nor stops it."""
+    ws = workspace
+    ws.script("sleepy.py", "import time\nprint('ready', flush=True)\ntime.sleep(3)\n")
+    env = warm_env(ws, tmp_path)
+    with ended(env):
+        ws.run(["-l", "none", "--", "python", "-c", "pass"], env=env)
+        server_of(env)
+
+        def nohup() -> None:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+        proc = subprocess.Popen(
+            ws.argv(["-l", "none", "--", "python", "sleepy.py"]),
+            cwd=ws.root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=nohup,
+        )
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "FINISHED" in err
+    assert {r.info.status for r in ws.runs()} == {"FINISHED"}
+
+
 def test_on_unless_turned_off_and_never_inside_slurm(monkeypatch):
     monkeypatch.delenv("RADT_WARM", raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
@@ -469,6 +470,21 @@ def _take_limits(rlimits: dict) -> None:
             resource.setrlimit(which, (soft, hard))
 
 
+def _output(fd: int, unbuffered: bool, line_buffering: bool, errors: str) -> io.TextIOWrapper:
+    """Standard output or error as the interpreter makes them at start-up: with
+    ``PYTHONUNBUFFERED`` no buffer under the text layer (a signal handler that writes while the
+    main thread is writing must not meet a buffer's lock), else a buffered writer."""
+    raw = io.FileIO(fd, "w", closefd=False)
+    binary = raw if unbuffered else io.BufferedWriter(raw)
+    return io.TextIOWrapper(
+        binary,
+        encoding=sys.stdout.encoding if sys.stdout else None,
+        errors=errors,
+        line_buffering=line_buffering,
+        write_through=unbuffered,
+    )
+
+
 def _run_radt(request: dict, fds: list[int], main: Callable[[list[str]], int]) -> int:
     """In the run's fork: become the caller (folder, environment, umask, streams), run radT."""
     global _served
@@ -495,9 +511,9 @@ def _run_radt(request: dict, fds: list[int], main: Callable[[list[str]], int]) -
 
     random.seed()  # run names are drawn at random: not the same in every fork
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
-    tty = os.isatty(1)
-    sys.stdout = open(1, "w", buffering=1 if tty else -1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.stdout = _output(1, unbuffered, os.isatty(1), "strict")
+    sys.stderr = _output(2, unbuffered, True, "backslashreplace")
     sys.argv = [sys.argv[0], *request["argv"]]
     try:
         code = main(list(request["argv"]))

@@ -381,6 +381,7 @@ def test_a_node_whose_radt_dies_is_finished_by_sync_and_fails_the_job(workspace,
     the job run waits for b; `radt sync` finishes b's record and then ends the job run."""
     import psutil
 
+    workspace.env["RADT_WARM"] = "0"  # radT's own processes record: the ones this test kills
     port = free_port()
     nodes = [start_node(workspace, tmp_path, k, port, steps=100_000, step_s=0.05) for k in (0, 1)]
     try:

@@ -360,6 +360,7 @@ def test_server_down_at_the_end_then_sync_completes_the_run(on_server, server, t
 
 @pytest.mark.slow
 def test_radt_killed_mid_run_sync_adopts_the_orphan(workspace, tmp_path):
+    workspace.env["RADT_WARM"] = "0"  # radT's own process records: the one this test kills
     workspace.script("train.py", TRAIN)
     radt = Radt(workspace.start(["-l", "counter", "train.py"]))
     try:
@@ -482,6 +483,7 @@ def test_damaged_spool_chunk_is_reported_in_one_line_and_the_rest_uploaded(
 
 @pytest.mark.slow
 def test_sync_skips_a_run_its_radt_is_still_recording(workspace, tmp_path):
+    workspace.env["RADT_WARM"] = "0"  # radT's own process records: the one this test names
     workspace.script("train.py", TRAIN)
     radt = Radt(workspace.start(["-l", "counter", "train.py"]))
     try:

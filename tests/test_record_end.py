@@ -175,6 +175,7 @@ SLEEP = "import time\nfrom pathlib import Path\nPath('ready').write_text('1')\nt
 
 def _left_by_a_killed_radt(workspace: Workspace) -> str:
     """The id of a run whose radT was killed while its command ran: its folder is left."""
+    workspace.env["RADT_WARM"] = "0"  # radT's own process records: the one this test kills
     workspace.script("sleep.py", SLEEP)
     radt = workspace.start(["-l", "none", "sleep.py"])
     try:

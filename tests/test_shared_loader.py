@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO, Workspace, wait_for
+from conftest import REPO, Workspace, default_signals, wait_for
 
 from radt.plans.model import PlanError
 from radt.plans.read import read_plan
@@ -91,8 +91,13 @@ class Radt:
         self.out_path = ws.root / "radt.out"
         self.err_path = ws.root / "radt.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.process = subprocess.Popen(
-                ws.argv(args), cwd=ws.root, env=ws.env, stdout=out, stderr=err
+            self.process = subprocess.Popen(  # the stop signals at their defaults, whatever
+                ws.argv(args),  # this suite inherited (a suite started with `cmd &` ignores SIGINT)
+                cwd=ws.root,
+                env=ws.env,
+                stdout=out,
+                stderr=err,
+                preexec_fn=default_signals,
             )
         self.seen: set[tuple[int, float]] = set()
 

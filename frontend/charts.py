@@ -241,18 +241,7 @@ def efficiency_figure(frame: pd.DataFrame) -> go.Figure:
         font={"color": "#2a7a2a"},
         arrowcolor="#2a7a2a",
     )
-    fig.update_xaxes(
-        title_text="provider time per example",
-        ticksuffix="s",
-        exponentformat="SI",
-        range=padded_range(rows["_s"]),
-    )
-    fig.update_yaxes(
-        title_text="provider energy per example",
-        ticksuffix="J",
-        exponentformat="SI",
-        range=padded_range(rows["_j"], above=LABEL_ROOM),
-    )
+    _per_example_axes(fig, rows, "provider time per example", "provider energy per example")
     return _finish(fig, title)
 
 
@@ -261,6 +250,23 @@ PAD = 0.15
 a point at the edge stays inside the plot."""
 LABEL_ROOM = 0.3
 """The room above the highest point, as a share of the span: its label (``top center``)."""
+
+
+def _per_example_axes(fig: go.Figure, rows: pd.DataFrame, time_title: str, energy_title: str):
+    """Time per example (``rows["_s"]``) across, energy per example (``rows["_j"]``) up, in SI
+    units, each padded so that a point's label stays inside the plot."""
+    fig.update_xaxes(
+        title_text=time_title,
+        ticksuffix="s",
+        exponentformat="SI",
+        range=padded_range(rows["_s"]),
+    )
+    fig.update_yaxes(
+        title_text=energy_title,
+        ticksuffix="J",
+        exponentformat="SI",
+        range=padded_range(rows["_j"], above=LABEL_ROOM),
+    )
 
 
 def padded_range(values, below: float = PAD, above: float = PAD) -> list[float]:
@@ -385,18 +391,7 @@ def client_energy_figure(frame: pd.DataFrame) -> go.Figure:
                 "<br>%{customdata[2]}<extra></extra>",
             )
         )
-    fig.update_xaxes(
-        title_text="time per example",
-        ticksuffix="s",
-        exponentformat="SI",
-        range=padded_range(rows["_s"]),
-    )
-    fig.update_yaxes(
-        title_text="GPU energy per example",
-        ticksuffix="J",
-        exponentformat="SI",
-        range=padded_range(rows["_j"], above=LABEL_ROOM),
-    )
+    _per_example_axes(fig, rows, "time per example", "GPU energy per example")
     return _finish(fig, title)
 
 

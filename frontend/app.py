@@ -4,11 +4,15 @@ State shared by the pages lives in session stores at app level, so it survives
 page changes (and a reload of the tab): ``experiment`` (the one shown on the
 Runs page), ``selection`` (the ticked runs) and ``keys`` (the metric keys last
 overlaid).
+
+A link may choose the runs: ``/timeseries?runs=ID,ID`` opens with those runs selected (the
+links of ``radt report --ui``), on any page.
 """
 
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qs
 
 import dash
 from dash import Dash, Input, Output, State, dcc, html, no_update
@@ -67,6 +71,7 @@ def _shell(store: Store) -> html.Div:
                 ],
             ),
             html.Div(id="banner"),
+            html.Div(id="link-banner"),
             html.Div(
                 className="radt-bar",
                 children=[
@@ -85,6 +90,14 @@ def _shell(store: Store) -> html.Div:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "runs"
+
+
+def linked_runs(search: str | None) -> list[str]:
+    """The run ids a link names in its query (``?runs=ID,ID``, or ``runs`` given several
+    times), in order, each once."""
+    values = parse_qs((search or "").lstrip("?")).get("runs", [])
+    ids = [part.strip() for value in values for part in value.split(",")]
+    return list(dict.fromkeys(i for i in ids if i))
 
 
 def create_app(tracking_uri: str | None = None, *, store: Store | None = None) -> Dash:
@@ -124,6 +137,30 @@ def create_app(tracking_uri: str | None = None, *, store: Store | None = None) -
     def banner(_path):
         problem = store.check()
         return html.Div(problem, className="radt-banner", id="banner-text") if problem else None
+
+    @app.callback(
+        Output("selection", "data", allow_duplicate=True),
+        Output("experiment", "data", allow_duplicate=True),
+        Output("link-banner", "children"),
+        Input("url", "search"),
+        prevent_initial_call="initial_duplicate",
+    )
+    def linked(search):
+        ids = linked_runs(search)
+        if not ids:
+            return no_update, no_update, None
+        try:
+            found = store.runs(ids)
+            names = {e.id: e.name for e in store.experiments()}
+        except DataError as exc:  # e.g. a run this store does not have
+            return no_update, no_update, html.Div(str(exc), className="radt-banner")
+        runs = [found[run_id] for run_id in ids]
+        experiment = runs[0].experiment_id
+        selection = {
+            "experiment": experiment,
+            "runs": [{"run_id": r.run_id, "run_name": r.name} for r in runs],
+        }
+        return selection, {"id": experiment, "name": names.get(experiment, experiment)}, None
 
     @app.callback(Output("selection-text", "children"), Input("selection", "data"))
     def selection_text(selection):

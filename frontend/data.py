@@ -392,10 +392,13 @@ class Store:
             frame.to_csv(buffer, index=False)
         return buffer.getvalue()
 
-    def report(self, experiments: Sequence[str], objective=None):
-        """``radt.report`` of experiments (by id), as :class:`radt.analysis.report.Report`."""
+    def report(self, experiments: Sequence[str], objective=None, ui: str | None = None):
+        """``radt.report`` of experiments (by id), as :class:`radt.analysis.report.Report`;
+        ``ui``: this UI's address, for the page's links to the runs."""
         from radt.analysis.report import report
 
         return self._call(
-            lambda: report(list(experiments), objective=objective, tracking_uri=self.tracking_uri)
+            lambda: report(
+                list(experiments), objective=objective, tracking_uri=self.tracking_uri, ui=ui
+            )
         )

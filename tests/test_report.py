@@ -296,11 +296,30 @@ def test_one_agreed_value_is_stated_once_and_a_missing_one_is_not_recorded():
 
 def test_links_go_to_the_ui_when_its_address_is_given(study):
     _, uri, ids = study
-    linked = report("sharing-study", tracking_uri=uri, ui="http://mlflow.example:5000/")
+    plain = report("sharing-study", tracking_uri=uri)
+    for page in (plain.html, plain.markdown()):  # without an address, ids are plain text
+        assert "timeseries?runs=" not in page and "/#/experiments/" not in page
+    # a radt ui: each run to its time series, a finding's runs to their overlay
+    linked = report("sharing-study", tracking_uri=uri, ui="http://127.0.0.1:8050/")
+    pair = ids["pair"][0]
+    href = f"http://127.0.0.1:8050/timeseries?runs={pair}"
+    assert f'href="{href}"' in linked.html
+    assert f"[`{pair}`]({href})" in linked.markdown()
+    several = next(r for r in linked.findings["run_ids"] if len(r.split()) > 1).split()
+    overlay = "http://127.0.0.1:8050/timeseries?runs=" + ",".join(several)
+    assert f'(<a href="{overlay}">overlay</a>)' in linked.html
+    assert f"([overlay]({overlay}))" in linked.markdown()
+    # an MLflow UI: each run to its MLflow page; a radt ui given too is preferred
+    mlflow_ui = "http://mlflow.example:5000/"
+    linked = report("sharing-study", tracking_uri=uri, mlflow_ui=mlflow_ui)
     exp = linked.experiments[0]["id"]
-    href = f"http://mlflow.example:5000/#/experiments/{exp}/runs/{ids['pair'][0]}"
+    href = f"http://mlflow.example:5000/#/experiments/{exp}/runs/{pair}"
     assert f'href="{href}"' in linked.html
     assert f"]({href})" in linked.markdown()
+    assert "overlay" not in linked.markdown()
+    both = report("sharing-study", tracking_uri=uri, ui="http://h:8050", mlflow_ui=mlflow_ui)
+    assert "mlflow.example" not in both.html
+    assert f"http://h:8050/timeseries?runs={pair}" in both.html
 
 
 def test_the_report_asks_the_store_for_the_experiments_runs_once(study, monkeypatch, tmp_path):
@@ -449,8 +468,11 @@ def test_the_report_page_shows_the_findings_and_downloads_both_pages(study, made
     names = archive.namelist()
     assert "report.md" in names
     body = archive.read("report.md").decode()
-    for target in re.findall(r"\]\(([^)#]+)\)", body):
-        assert target in names, target
+    links = re.findall(r"\]\(([^)#]+)\)", body)
+    # the run ids link back to this UI (the test client's address); every other link is a file
+    assert any(t.startswith("http://localhost/timeseries?runs=") for t in links), links
+    for target in links:
+        assert target.startswith("http://localhost/timeseries?runs=") or target in names, target
 
 
 def point_row(job, configuration, power, throughput, energy, n=3, half=0.02):

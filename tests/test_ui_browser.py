@@ -321,6 +321,25 @@ def test_selected_runs_overlay_their_series_with_their_workloads(page, ui, study
     page.wait_for_selector("#ts-graph text:text-is('time (UTC)')")
 
 
+def test_a_link_naming_runs_opens_their_time_series(page, ui, study):
+    """``radt report --ui`` links: ``/timeseries?runs=ID,ID`` selects those runs."""
+    ids = [study.runs["alone-A"], study.runs["pair-B"]]
+    page.goto(f"{ui}timeseries?runs={','.join(ids)}")
+    page.wait_for_selector("#ts-graph .scatterlayer .trace")
+    wait_for(lambda: "top/proc/cpu_pct" in " ".join(trace_names(page)), timeout=30)
+    names = trace_names(page)
+    assert "alone-A · top/proc/cpu_pct" in names and "pair-B · top/proc/cpu_pct" in names
+    assert "pair-A · top/proc/cpu_pct" not in names
+    assert page.inner_text("#selection-text").startswith("2 selected: alone-A, pair-B")
+    # the Runs page shows the same runs ticked
+    page.click("#nav-runs")
+    page.wait_for_selector(".ag-center-cols-container .ag-row")
+    wait_for(lambda: page.locator(".ag-center-cols-container .ag-row-selected").count() == 2)
+    # a run the store does not have: one line
+    page.goto(f"{ui}timeseries?runs=0123456789abcdef0123456789abcdef")
+    wait_text(page, "#link-banner", "no run with id '0123456789abcdef")
+
+
 def test_selection_survives_page_changes(page, ui):
     open_runs(page, ui)
     tick(page, "pair-A", "pair-B")

@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import dash
+import flask
 from dash import Dash, Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 from radt.frontend.data import DataError, Store
@@ -120,8 +121,8 @@ def register(app: Dash, store: Store) -> None:
     def download(_html, _md, chosen, objective):
         if not chosen:
             raise PreventUpdate
-        try:
-            made = store.report(chosen, Objective.parse(objective))
+        try:  # the downloaded page's run ids link back to this UI
+            made = store.report(chosen, Objective.parse(objective), ui=flask.request.host_url)
         except DataError:
             return no_update
         if dash.ctx.triggered_id == "rep-md":

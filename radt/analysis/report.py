@@ -84,6 +84,9 @@ class Report:
     problems: pd.DataFrame
     objective: Objective
     ui: str | None = None
+    """The address of a ``radt ui`` serving the same store (run ids link to its pages)."""
+    mlflow_ui: str | None = None
+    """The address of an MLflow UI serving the same store (used when ``ui`` is not given)."""
     notes: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------ pages
@@ -138,6 +141,7 @@ def report(
     objective: str | Objective | None = None,
     tracking_uri: str | None = None,
     ui: str | None = None,
+    mlflow_ui: str | None = None,
     cache_dir: Path | None = None,
 ) -> Report:
     """The report of one or more experiments (names or ids): their findings as a table and
@@ -148,17 +152,23 @@ def report(
         objective: ``throughput`` (default), ``energy`` or ``slowdown:BOUND``: what ranks
             the findings first; a slowdown bound adds its answer to what to run.
         tracking_uri: else ``MLFLOW_TRACKING_URI``, else ./mlflow.db.
-        ui: the address of an MLflow UI serving the same store: runs are linked to their
-            pages there (``UI/#/experiments/ID/runs/RUN``).
+        ui: the address of a ``radt ui`` serving the same store: each run id links to its
+            time series there (``UI/timeseries?runs=RUN``), and each finding's runs to their
+            overlay.
+        mlflow_ui: the address of an MLflow UI serving the same store: without ``ui``, each
+            run id links to its MLflow page (``UI/#/experiments/ID/runs/RUN``).
         cache_dir: as for :func:`radt.summary`.
     """
     from radt.analysis.load import searches_shared
 
     with searches_shared():
-        return _report(experiments, objective, tracking_uri, ui, cache_dir)
+        made = _report(experiments, objective, tracking_uri, cache_dir)
+    made.ui = ui.rstrip("/") if ui else None
+    made.mlflow_ui = mlflow_ui.rstrip("/") if mlflow_ui else None
+    return made
 
 
-def _report(experiments, objective, tracking_uri, ui, cache_dir) -> Report:
+def _report(experiments, objective, tracking_uri, cache_dir) -> Report:
     import pandas as pd
 
     from radt.analysis.frontier import frontier_table
@@ -209,7 +219,6 @@ def _report(experiments, objective, tracking_uri, ui, cache_dir) -> Report:
         what_to_run=plan,
         problems=problems(frame, runs),
         objective=goal,
-        ui=ui.rstrip("/") if ui else None,
         notes=notes,
     )
 
@@ -659,13 +668,23 @@ def export_images(figures: dict[str, object], folder: Path) -> dict[str, str]:
 
 
 def run_link(rep: Report, run_id: str) -> str | None:
-    """The run's page in the MLflow UI given as ``ui``, else None."""
-    if not rep.ui:
+    """The run's page: its time series in the radT UI given as ``ui``, else its page in the
+    MLflow UI given as ``mlflow_ui``, else None."""
+    if rep.ui:
+        return overlay_link(rep, [run_id])
+    if not rep.mlflow_ui:
         return None
     exp = rep.summary.loc[rep.summary["run_id"] == run_id, "experiment_id"]
     if exp.empty:
         return None
-    return f"{rep.ui}/#/experiments/{exp.iloc[0]}/runs/{run_id}"
+    return f"{rep.mlflow_ui}/#/experiments/{exp.iloc[0]}/runs/{run_id}"
+
+
+def overlay_link(rep: Report, run_ids: Sequence[str]) -> str | None:
+    """The radT UI's time series of ``run_ids`` together (None without ``ui``)."""
+    if not rep.ui or not run_ids:
+        return None
+    return f"{rep.ui}/timeseries?runs={','.join(run_ids)}"
 
 
 def _title(rep: Report) -> str:
@@ -740,9 +759,13 @@ def _e(text) -> str:
 
 def _ids_html(rep: Report, ids: str) -> str:
     parts = []
-    for run_id in str(ids or "").split():
+    run_ids = str(ids or "").split()
+    for run_id in run_ids:
         link = run_link(rep, run_id)
         parts.append(f'<a href="{_e(link)}">{_e(run_id)}</a>' if link else _e(run_id))
+    overlay = overlay_link(rep, run_ids) if len(run_ids) > 1 else None
+    if overlay:
+        parts.append(f'(<a href="{_e(overlay)}">overlay</a>)')
     return " ".join(parts)
 
 
@@ -911,9 +934,13 @@ def _md_cell(text) -> str:
 
 def _ids_md(rep: Report, ids: str) -> str:
     out = []
-    for run_id in str(ids or "").split():
+    run_ids = str(ids or "").split()
+    for run_id in run_ids:
         link = run_link(rep, run_id)
         out.append(f"[`{run_id}`]({link})" if link else f"`{run_id}`")
+    overlay = overlay_link(rep, run_ids) if len(run_ids) > 1 else None
+    if overlay:
+        out.append(f"([overlay]({overlay}))")
     return " ".join(out)
 
 

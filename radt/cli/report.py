@@ -37,7 +37,15 @@ def report_parser() -> argparse.ArgumentParser:
         "the findings first; a bound adds the best configuration whose every job stays within it",
     )
     parser.add_argument(
-        "--ui", metavar="URL", help="an MLflow UI serving this store: runs link to their pages"
+        "--ui",
+        metavar="URL",
+        help="a radt ui serving this store (e.g. http://127.0.0.1:8050): run ids link to their "
+        "time series there, each finding's runs to their overlay",
+    )
+    parser.add_argument(
+        "--mlflow-ui",
+        metavar="URL",
+        help="an MLflow UI serving this store: without --ui, run ids link to their MLflow pages",
     )
     parser.add_argument(
         "--tracking-uri", help="overrides MLFLOW_TRACKING_URI (default ./mlflow.db)"
@@ -57,7 +65,13 @@ def run_report(argv: list[str]) -> int:
         output = Path(args.output)
     if not output.parent.is_dir():
         raise UsageError(f"folder {output.parent} does not exist: make it, or write elsewhere (-o)")
-    made = report(args.experiment, objective=objective, tracking_uri=args.tracking_uri, ui=args.ui)
+    made = report(
+        args.experiment,
+        objective=objective,
+        tracking_uri=args.tracking_uri,
+        ui=args.ui,
+        mlflow_ui=args.mlflow_ui,
+    )
     written = made.write(output, fmt)
     for _, row in made.findings.head(5).iterrows():
         print(f"{int(row['rank'])}. {row['sentence']}")

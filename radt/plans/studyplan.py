@@ -12,7 +12,8 @@ from radt.errors import UsageError
 from radt.plans import batch, columns
 from radt.plans.model import clean
 from radt.plans.scanner import physical_lines, read_text, scan
-from radt.plans.study import SHARED_LOADER_FLAG, Progress, Study, StudyWorkload
+from radt.plans.study import SHARED_LOADER_FLAG, Study, StudyWorkload
+from radt.plans.studyprogress import Progress
 from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path
 from radt.tags import Mode
 

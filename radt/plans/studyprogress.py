@@ -1,17 +1,59 @@
-"""A study's progress in words: each workload's status from the study's ``status:`` and the
-dry run's table (counts, configurations, power limits, repeats, then one line per workload with
-its status).
+"""A study's progress: the entries of the study file's ``status:`` (the last one of each
+workload), each workload's status from them, and the dry run's table (counts, configurations,
+power limits, repeats, then one line per workload with its status). Writing them back into the
+file is :mod:`radt.plans.studyfile`'s.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from radt.plans import batch
 from radt.plans.model import FINISHED
-from radt.plans.study import Progress, Study, StudyWorkload
+from radt.plans.study import Study, StudyWorkload
 from radt.plans.studycheck import Checked
 from radt.tags import Mode
+
+STATUS_WORD = re.compile(r"^[A-Z]+$")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One ``status:`` entry: ``"<STATUS> <run id> (<descriptor>)"`` under its number."""
+
+    number: int
+    status: str
+    run_id: str
+    descriptor: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.status} {self.run_id} ({self.descriptor})"
+
+
+def parse_progress(number: int, text: str) -> Progress | None:
+    """An entry as the original reads it: the first word, the run id, then ``(...)``."""
+    words = str(text).split()
+    if len(words) < 2 or not STATUS_WORD.match(words[0]):
+        return None
+    rest = " ".join(words[2:]).strip()
+    if len(words) == 2 and words[1].startswith("("):  # no run id: "FAILED (--lr 1)"
+        rest, words[1] = words[1], ""
+    if not (rest.startswith("(") and rest.endswith(")")):
+        return None
+    return Progress(number, words[0], words[1], " ".join(rest[1:-1].split()))
+
+
+def progress_of(study: Study) -> dict[str, Progress]:
+    """The last ``status:`` entry of each descriptor (higher numbers are later)."""
+    found: dict[str, Progress] = {}
+    for number in sorted(study.status):
+        entry = parse_progress(number, study.status[number])
+        if entry is not None:
+            found[entry.descriptor] = entry
+    return found
 
 
 def report(

@@ -33,19 +33,12 @@ from radt.plans.runner import (
     check_plan,
     run_workloads,
 )
-from radt.plans.study import (
-    Progress,
-    Study,
-    StudyError,
-    StudyWorkload,
-    expand,
-    progress_of,
-    read_study,
-)
+from radt.plans.study import Study, StudyError, StudyWorkload, read_study
 from radt.plans.studycheck import check_study
+from radt.plans.studyexpand import expand
 from radt.plans.studyfile import write_progress
 from radt.plans.studyplan import default_plan_path, old_runs, plan_rows, plan_text, write_plan
-from radt.plans.studyprogress import report, status_of
+from radt.plans.studyprogress import Progress, progress_of, report, status_of
 from radt.plans.writeback import write_results
 from radt.tags import RADT_STUDY, RADT_STUDY_FILE, RADT_STUDY_PROGRESS, RADT_STUDY_WORKLOADS
 from radt.tracking import experiment_id

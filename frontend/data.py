@@ -96,7 +96,7 @@ def metric_keys(metric_names: Iterable[str]) -> tuple[str, ...]:
     ``summary/nvml/gpu0/power_w/mean`` (runs recorded before windows) names the
     key ``nvml/gpu0/power_w``; the headline figures ``radt/...`` are no series.
     """
-    from radt.analysis.load import HEADLINE_PREFIX, MLFLOW_PREFIX, SUMMARY_PREFIX
+    from radt.analysis.loadsamples import HEADLINE_PREFIX, MLFLOW_PREFIX, SUMMARY_PREFIX
 
     keys = set()
     for name in metric_names:
@@ -174,7 +174,7 @@ class Store:
             ) from exc
 
     def _client(self):
-        from radt.analysis.load import open_client
+        from radt.analysis.loadruns import open_client
 
         return open_client(self.tracking_uri)
 
@@ -293,10 +293,10 @@ class Store:
         """The runs and their workload (parent) runs, oldest first; unknown ids are an error.
 
         A ticked job run of a distributed training brings its node runs: they hold its series
-        (``radt.analysis.load.with_nodes``); a ticked node comes with its job, not with the
+        (``radt.analysis.loadruns.with_nodes``); a ticked node comes with its job, not with the
         other nodes.
         """
-        from radt.analysis.load import select_runs
+        from radt.analysis.loadruns import select_runs
 
         if not run_ids:
             return {}
@@ -309,7 +309,7 @@ class Store:
     def scaling_baselines(self, experiment: str) -> dict[str, str]:
         """The baseline each job run of ``experiment`` measured its scaling efficiency against
         (tag ``radt.scaling_baseline``: ``<run id> (<n> nodes)``), by job run id."""
-        from radt.analysis.load import search_all
+        from radt.analysis.loadruns import search_all
 
         jobs = self._call(
             lambda: search_all(self._client(), [experiment], tag_filter(RADT_GROUP_ROLE, JOB_ROLE))

@@ -19,7 +19,8 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from radt.analysis.figures import integrate_power
-from radt.analysis.load import TIDY_COLUMNS, describe_key, load, load_wide
+from radt.analysis.load import TIDY_COLUMNS, load, load_wide
+from radt.analysis.loadsamples import describe_key
 from radt.analysis.summary import baseline_spread_flagged, baseline_spread_pct, summary
 from radt.analysis.windows import summarize_samples
 from radt.cli.export import run_export

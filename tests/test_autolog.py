@@ -378,8 +378,9 @@ def test_autolog_cells_are_yes_or_no(tmp_path):
 
 def test_a_study_with_autolog_true_writes_the_autolog_column(tmp_path):
     from radt.plans.read import read_plan
-    from radt.plans.study import StudyError, expand, read_study
-    from radt.plans.studyrun import plan_rows, plan_text
+    from radt.plans.study import StudyError, read_study
+    from radt.plans.studyexpand import expand
+    from radt.plans.studyplan import plan_rows, plan_text
 
     (tmp_path / "job.py").write_text("")
     study_path = tmp_path / "study.yaml"

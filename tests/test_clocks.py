@@ -18,7 +18,8 @@ from radt.analysis.summary import summary
 from radt.collocation import clocks, nvsmi
 from radt.collocation.teardown import Teardown
 from radt.errors import RadtError
-from radt.plans.study import StudyError, expand, read_study
+from radt.plans.study import StudyError, read_study
+from radt.plans.studyexpand import expand
 
 
 @pytest.fixture

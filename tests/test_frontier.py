@@ -161,7 +161,7 @@ def test_ties_are_both_on_the_frontier_and_empty_frames_give_empty_tables():
 
 
 def test_frontier_figure_draws_the_line_fades_dominated_points_and_labels_the_optima():
-    from radt.frontend.charts import frontier_figure
+    from radt.frontend.frontier import frontier_figure
 
     result = table([r for r in ROWS if r["job"] == "A"])
     figure = frontier_figure(result)
@@ -376,7 +376,8 @@ def test_baseline_is_at_the_same_clock_else_the_default():
 
 
 def test_compare_page_frontier_names_the_clock_of_each_point():
-    from radt.frontend.charts import config_label, frontier_figure, setting_label
+    from radt.frontend.charts import config_label, setting_label
+    from radt.frontend.frontier import frontier_figure
 
     figure = frontier_figure(table(CLOCK_ROWS))
     markers = [t.name for t in figure.data if t.mode == "markers"]

@@ -22,7 +22,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from radt.analysis.artifact import Artifact
-from radt.analysis.load import TIDY_COLUMNS, KeyFilter, load, load_wide, read_samples
+from radt.analysis.load import TIDY_COLUMNS, load, load_wide
+from radt.analysis.loadsamples import KeyFilter, read_samples
 from radt.errors import AnalysisError
 from radt.listener import Sample, SampleBatch
 from radt.record import finalize
@@ -583,7 +584,7 @@ def test_iter_spool_reads_one_batch_at_a_time(tmp_path):
 def test_summary_figures_read_a_piece_at_a_time_equal_those_of_the_whole_run(tmp_path, monkeypatch):
     from radt.analysis.closing import key_table
     from radt.analysis.figures import device_series
-    from radt.analysis.load import file_pieces
+    from radt.analysis.loadsamples import file_pieces
     from radt.analysis.summary import SUMMARY_KEYS, run_series
     from radt.analysis.windows import timeline
 

@@ -527,8 +527,9 @@ def test_a_study_of_nodes_2_on_slurm_is_one_sbatch_of_2_nodes_srunning_radt_per_
 
     from radt.plans.multinode import node_argv, node_env
     from radt.plans.read import read_plan
-    from radt.plans.study import expand, read_study
-    from radt.plans.studyrun import plan_rows, plan_text, write_plan
+    from radt.plans.study import read_study
+    from radt.plans.studyexpand import expand
+    from radt.plans.studyplan import plan_rows, plan_text, write_plan
     from radt.slurm.dispatch import Dispatch, SlurmRequest
     from radt.slurm.options import slurm_options
 

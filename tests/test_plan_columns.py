@@ -155,7 +155,7 @@ def test_a_column_only_in_the_table_reaches_the_run_of_a_real_plan(workspace):
 
 
 # A study's Job is derived per workload (from its file and params, or the study's job: key).
-OWN_CODE = {("radt/plans/studyrun.py", "Job")}
+OWN_CODE = {("radt/plans/studyplan.py", "Job")}
 
 
 def test_no_product_code_but_the_table_names_a_table_drawn_column():

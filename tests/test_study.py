@@ -25,14 +25,11 @@ from test_workload import ROOT, new_workspace, with_fakes
 from radt.plans import batch
 from radt.plans.read import read_plan
 from radt.plans.runner import PlanOptions
-from radt.plans.study import (
-    StudyError,
-    expand,
-    parse_configuration,
-    progress_of,
-    read_study,
-)
+from radt.plans.study import StudyError, read_study
+from radt.plans.studyaxes import parse_configuration
+from radt.plans.studyexpand import expand
 from radt.plans.studyfile import write_progress
+from radt.plans.studyprogress import progress_of
 from radt.plans.studyrun import StudyOptions, run_study
 
 JOB = r"""

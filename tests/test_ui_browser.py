@@ -705,7 +705,8 @@ def card_width(window: int) -> int:
 def test_labelled_points_at_the_edge_keep_their_labels_inside_the_plot(browser, shots, width):
     """The charts with labelled points, drawn by the UI's plotly bundle in a card's width: a
     single point, and the highest and rightmost of several, with their labels whole."""
-    from radt.frontend.charts import efficiency_figure, frontier_figure
+    from radt.frontend.charts import efficiency_figure
+    from radt.frontend.frontier import frontier_figure
     from test_ui_figures import study
 
     from radt.analysis.frontier import frontier_table

@@ -11,14 +11,12 @@ import pandas as pd
 import plotly.io as pio
 import pytest
 from radt.frontend.charts import (
-    PLOT_PX,
     basis_note,
     client_energy_figure,
     config_label,
     cpu_figure,
     efficiency_figure,
     focus,
-    label_box,
     normalise,
     partition_share,
     power_label,
@@ -28,6 +26,7 @@ from radt.frontend.charts import (
 )
 from radt.frontend.data import metric_keys
 from radt.frontend.downsample import minmax_lttb, reduce, window
+from radt.frontend.labels import PLOT_PX, label_box
 from radt.frontend.pages.compare import CHARTS
 from radt.frontend.pages.runs import COLUMNS as GRID_COLUMNS
 from radt.frontend.pages.runs import CROSSCHECK_STYLE, grid_rows
@@ -833,7 +832,7 @@ def test_a_long_empty_state_note_is_wrapped_to_fit_a_half_width_card():
 
 
 def test_the_frontiers_empty_state_names_each_need_that_is_missing():
-    from radt.frontend.charts import FRONTIER_NEEDS, frontier_figure, no_frontier_note
+    from radt.frontend.frontier import FRONTIER_NEEDS, frontier_figure, no_frontier_note
 
     from radt.analysis.frontier import frontier_table
 
@@ -858,7 +857,8 @@ def test_the_frontiers_empty_state_names_each_need_that_is_missing():
 
 
 def test_padded_ranges_leave_room_for_a_points_label():
-    from radt.frontend.charts import label_positions, padded_range
+    from radt.frontend.charts import padded_range
+    from radt.frontend.labels import label_positions
 
     assert padded_range([2.0]) == pytest.approx([1.7, 2.3])  # one point: of itself
     assert padded_range([1.0, 3.0], above=0.5) == pytest.approx([0.7, 4.0])

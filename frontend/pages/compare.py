@@ -15,13 +15,13 @@ from radt.frontend.charts import (
     cpu_figure,
     efficiency_figure,
     focus,
-    frontier_figure,
     normalise,
     slowdown_figure,
     throughput_energy_figure,
     utilisation_figure,
 )
 from radt.frontend.data import DataError, Store
+from radt.frontend.frontier import frontier_figure
 from radt.frontend.style import choice, empty_figure
 
 from radt.analysis.frontier import frontier_table

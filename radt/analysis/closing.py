@@ -132,7 +132,7 @@ def closing_figures(
     """The headline figures and tags of a run that is completing (see the module docstring).
 
     ``samples`` are the run's own (tidy ``timestamp, key, value``; or its tables a piece
-    at a time, :func:`radt.analysis.load.file_pieces`, so that memory holds the series the
+    at a time, :func:`radt.analysis.loadsamples.file_pieces`, so that memory holds the series the
     figures need, never the whole run), ``tags``
     its tags as they will be (MLflow's and those set at the end), ``status``
     its final status, ``examples_metric`` the last MLflow ``examples`` value.
@@ -220,7 +220,7 @@ def _figures(record: Record, samples, ended_s, kids, candidates) -> Closing:
 def _baselines(client, record: Record) -> list[Record]:
     """The FINISHED ``none`` runs of the experiment with the headline figures they logged."""
     from radt.analysis.figures import NAN
-    from radt.analysis.load import search_all
+    from radt.analysis.loadruns import search_all
     from radt.analysis.summary import Record
 
     found = []
@@ -246,7 +246,8 @@ def _baselines(client, record: Record) -> list[Record]:
 
 def _clients_of(client, record: Record) -> list[Record] | None:
     """The workload's runs with their samples; None when one's samples cannot be read."""
-    from radt.analysis.load import KeyFilter, cached_samples, file_pieces, search_all
+    from radt.analysis.loadruns import search_all
+    from radt.analysis.loadsamples import KeyFilter, cached_samples, file_pieces
     from radt.analysis.summary import SUMMARY_KEYS, Record, run_series
     from radt.record.runfolder import radt_home, runs_root
 
@@ -292,7 +293,7 @@ def summarize(
     """
     from mlflow.entities import Metric
 
-    from radt.analysis.load import KeyFilter, file_pieces
+    from radt.analysis.loadsamples import KeyFilter, file_pieces
     from radt.analysis.summary import SUMMARY_KEYS
 
     # the samples a piece at a time: memory stays flat however long the run was

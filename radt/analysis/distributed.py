@@ -193,7 +193,7 @@ def _node_samples(client, run) -> NodeSamples:
     import pyarrow as pa
 
     from radt.analysis.attribution import ATTRIBUTION_KEYS, extra_series
-    from radt.analysis.load import KeyFilter, prepare, run_pieces
+    from radt.analysis.loadsamples import KeyFilter, prepare, run_pieces
     from radt.analysis.stored import SUMMARY_KEYS, run_series
 
     (plan,) = prepare(client, [run])

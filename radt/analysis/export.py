@@ -246,7 +246,7 @@ def crosscheck_notes(frame: pd.DataFrame) -> list[str]:
 def experiments_table(tracking_uri: str | None = None) -> str:
     """The experiments of the store at ``tracking_uri`` (MLFLOW_TRACKING_URI, else
     ./mlflow.db): id, name and last update (UTC), as ``radt runs`` without -e shows them."""
-    from radt.analysis.load import open_client
+    from radt.analysis.loadruns import open_client
 
     client = open_client(tracking_uri)
     experiments = []

@@ -41,14 +41,8 @@ from radt.analysis.figures import (
     device_series,
     energy_method,
 )
-from radt.analysis.load import (
-    TERMINAL,
-    KeyFilter,
-    cached_artifact,
-    load_tables,
-    open_client,
-    select_runs,
-)
+from radt.analysis.loadruns import open_client, select_runs
+from radt.analysis.loadsamples import TERMINAL, KeyFilter, cached_artifact, load_tables
 from radt.quantities import GPU_ENERGY, GPU_POWER, providers_of
 from radt.tags import MLFLOW_PARENT_RUN_ID, RADT_PHASE_ROWS
 

@@ -159,7 +159,7 @@ def report(
             run id links to its MLflow page (``UI/#/experiments/ID/runs/RUN``).
         cache_dir: as for :func:`radt.summary`.
     """
-    from radt.analysis.load import searches_shared
+    from radt.analysis.loadruns import searches_shared
 
     with searches_shared():
         made = _report(experiments, objective, tracking_uri, cache_dir)
@@ -172,7 +172,7 @@ def _report(experiments, objective, tracking_uri, cache_dir) -> Report:
     import pandas as pd
 
     from radt.analysis.frontier import frontier_table
-    from radt.analysis.load import find_experiment, open_client, search_all
+    from radt.analysis.loadruns import find_experiment, open_client, search_all
     from radt.analysis.summary import repeats, summary
 
     goal = objective if isinstance(objective, Objective) else Objective.parse(objective)

@@ -170,7 +170,8 @@ def family_figures(
     its runs' figures when it completes after them) or groups others.
     """
     from radt.analysis.attribution import attribute
-    from radt.analysis.load import _Plan, grouping, prepare, probe, search_all
+    from radt.analysis.loadruns import grouping, probe, search_all
+    from radt.analysis.loadsamples import _Plan, prepare
     from radt.analysis.runtree import Record
 
     if grouping(run) or probe(run):
@@ -262,7 +263,7 @@ def _compute(client, records: dict[str, Record], plans: Sequence, children) -> d
     import pyarrow.compute as pc
 
     from radt.analysis.levels import _client, _loader, _provider
-    from radt.analysis.load import KeyFilter, read_plans, run_pieces
+    from radt.analysis.loadsamples import KeyFilter, read_plans, run_pieces
 
     wanted, extra_keys = KeyFilter(SUMMARY_KEYS), KeyFilter(ATTRIBUTION_KEYS)
     decimated = read_plans(client, [p for p in plans if p.artifact is None], wanted)

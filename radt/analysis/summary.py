@@ -57,15 +57,15 @@ from radt.analysis.figures import (
     NAN,
 )
 from radt.analysis.levels import NO_GPU_NOTE
-from radt.analysis.load import (
+from radt.analysis.loadruns import (
     grouping,
     open_client,
-    prepare,
     probe,
     run_columns,
     search_all,
     select_runs,
 )
+from radt.analysis.loadsamples import prepare
 from radt.analysis.runtree import (
     SHARED_LOADER,
     Record,

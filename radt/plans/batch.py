@@ -30,7 +30,8 @@ from radt.errors import RadtError, UsageError
 from radt.launch.command import resolve_argv
 from radt.plans.model import Plan, Row, Workload
 from radt.plans.runner import PlanOptions, WorkloadRunner
-from radt.plans.study import BatchSearch, Configuration, Study, StudyWorkload
+from radt.plans.study import BatchSearch, Study, StudyWorkload
+from radt.plans.studyaxes import Configuration
 from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
     RADT_LETTER,

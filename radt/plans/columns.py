@@ -5,7 +5,7 @@ a ``parse`` is drawn from the table alone: :mod:`radt.plans.read` parses its cel
 holds its value (``row.<field>``), :mod:`radt.plans.runner` turns it into the run's tag, the
 command's environment variable or a launch option of :func:`radt.launch.launcher.child_env`,
 and a study key of the same meaning becomes the column in the plan a study writes
-(:mod:`radt.plans.studyrun`). Columns without a ``parse`` (Devices, Collocation, File, …) have
+(:mod:`radt.plans.studyplan`). Columns without a ``parse`` (Devices, Collocation, File, …) have
 code of their own in those modules. docs/architecture.md says how to add one.
 """
 

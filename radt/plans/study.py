@@ -1,4 +1,4 @@
-"""Studies: the original radT's YAML sweeps, with radT's extensions, read, checked and expanded.
+"""Studies: the original radT's YAML sweeps, with radT's extensions, read and checked.
 
 The original radT (0.2.26+) runs a YAML file of the keys ``name, experiment, collocation,
 devices, listeners, file, method (grid|random), parameters: {flag: {values: [...]}}``: every
@@ -19,29 +19,31 @@ feeds every training of the workload, see
 ``batch_size: {search: max, ...}`` (the largest batch that fits each device slot, searched by
 :mod:`radt.plans.batch`). Every problem is reported, one line each with its key and line,
 before anything starts.
+
+An axis item's values are :mod:`radt.plans.studyaxes`'s; the study becomes its workloads in
+:mod:`radt.plans.studyexpand` and its ``status:`` its progress in :mod:`radt.plans.studyprogress`.
 """
 
 from __future__ import annotations
 
 import difflib
-import random
-import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import product
 from pathlib import Path
 from typing import Any, TypeVar
 
 from radt.errors import UsageError
 from radt.plans import columns
-from radt.plans.model import MAX_COMPUTE_SLICES, Collocation
-from radt.plans.read import (
-    _parse_devices,
-    _parse_file,
-    _parse_listeners,
-    parse_collocation,
-    parse_gpu_clock,
+from radt.plans.read import _parse_devices, _parse_file, _parse_listeners
+from radt.plans.studyaxes import (
+    Configuration,
+    _cap_text,
+    _clock_text,
+    _parse_clock,
+    _parse_loader,
+    _value_text,
+    parse_configuration,
+    parse_watts,
 )
 from radt.tags import Mode
 
@@ -77,12 +79,8 @@ EXTENSION_KEYS = (
 KEYS = ORIGINAL_KEYS + EXTENSION_KEYS
 BATCH_KEYS = ("search", "flag", "min", "max", "power_of_two", "steps", "max_time")
 METHODS = ("grid", "random")
-LOADERS = ("own", "shared")
-"""``loader:`` values: each training loads its own data, or one shared loader feeds them."""
 SHARED_LOADER_FLAG = "--shared-loader"
 """What a training fed by the shared loader gets (examples/train.py's flag), before the params."""
-MAX_SHARING = 48  # MPS serves at most 48 clients per GPU (Volta and later)
-STATUS_WORD = re.compile(r"^[A-Z]+$")
 
 
 class StudyError(UsageError):
@@ -95,25 +93,6 @@ class StudyError(UsageError):
 
 
 # --------------------------------------------------------------------------- the model
-
-
-@dataclass(frozen=True)
-class Configuration:
-    """How one workload shares the GPU: its label and one collocation per run."""
-
-    label: str  # "none", "naive x2", "mps:50 x2", "4g.40gb+3g.40gb"
-    runs: tuple[Collocation, ...]
-
-    @property
-    def mode(self) -> Mode:
-        return self.runs[0].mode
-
-    @property
-    def slug(self) -> str:
-        """The label in a workload name: ``naive-x2``, ``mps50-x2``, ``4g+3g``."""
-        if self.mode == Mode.MIG:
-            return "+".join(r.label.split(".")[0] for r in self.runs)
-        return self.label.replace(":", "").replace(" ", "-")
 
 
 @dataclass(frozen=True)
@@ -593,242 +572,10 @@ class _Reader:
         return found
 
 
-def _value_text(value) -> str:
-    """A YAML value as the original radT writes it into the command (``str()``)."""
-    return str(value).strip()
-
-
 def _powers_of_two(low: int, high: int) -> list[int]:
     found, value = [], 1
     while value <= high:
         if value >= low:
             found.append(value)
         value *= 2
-    return found
-
-
-def parse_watts(value) -> float | None:
-    """A ``power_limit`` item: watts (``250``, ``250 W``) or ``default`` (None)."""
-    if value is None or str(value).strip().lower() in ("default", "-", ""):
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a number of watts or default")
-    text = re.sub(r"\s*[wW]$", "", str(value).strip())
-    try:
-        watts = float(text)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a number of watts or default") from None
-    if not watts > 0 or watts == float("inf"):
-        raise ValueError(f"{value!r} is not a positive number of watts")
-    return watts
-
-
-def _parse_clock(item) -> int | None:
-    """A ``gpu_clock`` item: MHz (``1410``, ``1410 MHz``) or ``default`` (None)."""
-    text = str(item).strip()
-    if text.lower() == "default":
-        return None
-    try:
-        return parse_gpu_clock(text)
-    except ValueError as err:
-        raise ValueError(f"{err}, or default") from None
-
-
-def _clock_text(mhz: int | None) -> str:
-    return "default" if mhz is None else f"{mhz} MHz"
-
-
-def _parse_loader(item) -> str:
-    """A ``loader`` item: ``own`` or ``shared``."""
-    value = _value_text(item).lower()
-    if value not in LOADERS:
-        raise ValueError(
-            f"{_value_text(item)!r} is not own or shared (own: each training loads its "
-            "own data; shared: one loader_file feeds them)"
-        )
-    return value
-
-
-def _cap_text(watts: float | None) -> str:
-    return "default" if watts is None else f"{watts:g} W"
-
-
-_COUNT = re.compile(r"^(.*?)\s*\bx\s*(\d+)$")
-
-
-def parse_configuration(text: str) -> Configuration:
-    """A ``collocation`` item: ``none``, ``naive x3``, ``mps:50 x2``, ``4g.40gb+3g.40gb``.
-
-    A single word of the original radT (``-``, ``naive``, ``mps``, ``3g.40gb``) is one run.
-    Raises ValueError with the message for the user.
-    """
-    value = text.strip()
-    match = _COUNT.match(value.lower())
-    base, count = (match[1].strip(), int(match[2])) if match else (value, None)
-    if count is not None and count < 1:
-        raise ValueError(f"{value!r}: the number of runs must be at least 1")
-    parts = re.split(r"\+(?=\d)", base)
-    if len(parts) > 1:
-        collocations = [parse_collocation(part) for part in parts]
-        if any(c.mode != Mode.MIG for c in collocations):
-            raise ValueError(
-                f"{value!r}: + joins MIG profiles (4g.40gb+3g.40gb); share a whole GPU with "
-                "naive xN or mps xN"
-            )
-    else:
-        collocations = [parse_collocation(base)]
-    first = collocations[0]
-    if first.mode == Mode.NONE:
-        if count not in (None, 1):
-            raise ValueError(
-                f"{value!r}: none is the job alone on its GPU; share it with naive x{count} "
-                f"or mps x{count}"
-            )
-        return Configuration(Mode.NONE.value, (first,))
-    if first.mode in (Mode.NAIVE, Mode.MPS):
-        n = count or 1
-        if n > MAX_SHARING:
-            raise ValueError(f"{value!r}: at most {MAX_SHARING} runs can share one GPU")
-        return Configuration(f"{first.label} x{n}", (first,) * n)
-    runs = [c for c in collocations for _ in range(count or 1)]
-    runs.sort(key=lambda c: (-c.compute_slices, -_memory_gb(c.mig_profile or "")))
-    slices = sum(c.compute_slices for c in runs)
-    label = "+".join(c.label for c in runs)
-    if slices > MAX_COMPUTE_SLICES:
-        raise ValueError(
-            f"{value!r} needs {slices} compute slices; a GPU has at most {MAX_COMPUTE_SLICES}"
-        )
-    return Configuration(label, tuple(runs))
-
-
-def _memory_gb(profile: str) -> int:
-    match = re.search(r"\.(\d+)gb", profile)
-    return int(match[1]) if match else 0
-
-
-# --------------------------------------------------------------------------- expansion
-
-
-def default_job(study: Study, params: list[tuple[str, str]]) -> str:
-    """The Job of a workload: ``job:`` (else the file), then the swept params but seeds."""
-    kept = [(flag, value) for flag, value in params if flag.lstrip("-") not in ("seed",)]
-    head = study.job or study.file
-    return " ".join([head, *(f"{flag} {shlex.quote(value)}" for flag, value in kept)])
-
-
-def descriptor(
-    study: Study,
-    params: list[tuple[str, str]],
-    configuration: Configuration,
-    power_limit_w: float | None,
-    repeat: int,
-    loader: str = "own",
-    gpu_clock_mhz: int | None = None,
-) -> str:
-    """What identifies a workload in ``status:``: the original's params string, then ``|``
-    and each extension that is not at its default (so adding one keeps finished work)."""
-    parts = [" ".join(f"{flag} {value}" for flag, value in params)]
-    if "collocation" in study.extended and configuration.label != Mode.NONE:
-        parts.append(configuration.label)
-    if power_limit_w is not None:
-        parts.append(_cap_text(power_limit_w))
-    if gpu_clock_mhz is not None:
-        parts.append(f"{gpu_clock_mhz} MHz")
-    if loader != "own":
-        parts.append(f"{loader} loader")
-    if study.nodes > 1:
-        parts.append(f"{study.nodes} nodes")
-    if repeat > 1:
-        parts.append(f"repeat {repeat}")
-    text = " | ".join(part for part in parts if part)
-    return " ".join(text.split())
-
-
-def expand(study: Study) -> list[StudyWorkload]:
-    """Every workload of the study, in run order.
-
-    Grid order: repeat, then parameters, then power limit, then GPU clock, then configuration,
-    then loader (so an interrupted study has whole repeats, and own and shared loaders run one
-    after the other). ``method: random`` shuffles the same list with ``seed`` (default 0): the
-    same file gives the same order on every run.
-    """
-    combos = list(product(*[[(flag, v) for v in values] for flag, values in study.parameters]))
-    items = [
-        (list(combo), configuration, cap, clock, repeat, loader)
-        for repeat in range(1, study.repeats + 1)
-        for combo in combos
-        for cap in study.power_limits_w
-        for clock in study.gpu_clocks_mhz
-        for configuration in study.configurations
-        for loader in study.loaders
-    ]
-    if study.method == "random":
-        random.Random(study.seed).shuffle(items)
-    workloads = []
-    for index, (params, configuration, cap, clock, repeat, loader) in enumerate(items, start=1):
-        segments = [f"{index:03}"]
-        if "collocation" in study.extended:
-            segments.append(configuration.slug)
-        if "power_limit" in study.extended:
-            segments.append("default" if cap is None else f"{cap:g}w")
-        if "gpu_clock" in study.extended:
-            segments.append("default" if clock is None else f"{clock}mhz")
-        if "loader" in study.extended:
-            segments.append(loader)
-        if study.repeats > 1:
-            segments.append(f"r{repeat}")
-        workloads.append(
-            StudyWorkload(
-                index=index,
-                params=params,
-                configuration=configuration,
-                power_limit_w=cap,
-                repeat=repeat,
-                job=default_job(study, params),
-                descriptor=descriptor(study, params, configuration, cap, repeat, loader, clock),
-                name="-".join(segments),
-                loader=loader,
-                gpu_clock_mhz=clock,
-            )
-        )
-    return workloads
-
-
-# --------------------------------------------------------------------------- progress
-
-
-@dataclass(frozen=True)
-class Progress:
-    """One ``status:`` entry: ``"<STATUS> <run id> (<descriptor>)"`` under its number."""
-
-    number: int
-    status: str
-    run_id: str
-    descriptor: str
-
-    @property
-    def text(self) -> str:
-        return f"{self.status} {self.run_id} ({self.descriptor})"
-
-
-def parse_progress(number: int, text: str) -> Progress | None:
-    """An entry as the original reads it: the first word, the run id, then ``(...)``."""
-    words = str(text).split()
-    if len(words) < 2 or not STATUS_WORD.match(words[0]):
-        return None
-    rest = " ".join(words[2:]).strip()
-    if len(words) == 2 and words[1].startswith("("):  # no run id: "FAILED (--lr 1)"
-        rest, words[1] = words[1], ""
-    if not (rest.startswith("(") and rest.endswith(")")):
-        return None
-    return Progress(number, words[0], words[1], " ".join(rest[1:-1].split()))
-
-
-def progress_of(study: Study) -> dict[str, Progress]:
-    """The last ``status:`` entry of each descriptor (higher numbers are later)."""
-    found: dict[str, Progress] = {}
-    for number in sorted(study.status):
-        entry = parse_progress(number, study.status[number])
-        if entry is not None:
-            found[entry.descriptor] = entry
     return found

@@ -1,31 +1,30 @@
-"""Running a study: check it, write its plan, search batch sizes, run the plan, record progress.
+"""Running a study, the way itself: read it, check it (:mod:`radt.plans.studycheck`), write
+its plan (:mod:`radt.plans.studyplan`), print the dry run's table
+(:mod:`radt.plans.studyprogress`) or search the batch sizes and run the plan, recording
+progress; and close it (``--slurm-close``).
 
-``radt study.yaml --dry-run`` checks the study against the GPU *model* (its MIG profiles from
-``nvidia-smi mig -lgip``, else :mod:`radt.collocation.models`; its power-limit range), not the
-GPU's current MIG mode (a MIG study runs in two passes, ``--modes mig`` and ``--modes
-none+naive+mps``), prints the workloads and writes the plan CSV. Without ``--dry-run`` the
-plan is checked as plans are, a study run is opened (or the one in ``parent:`` reused), the
-batch sizes are searched, and the plan runs through the workload runner with every workload
-run nested under the study run; after each workload its status goes into the plan CSV and
-into the study file's ``status:``.
+``radt study.yaml --dry-run`` checks the study against the GPU *model*, not the GPU's current
+MIG mode (a MIG study runs in two passes, ``--modes mig`` and ``--modes none+naive+mps``),
+prints the workloads and writes the plan CSV. Without ``--dry-run`` the plan is checked as
+plans are, a study run is opened (or the one in ``parent:`` reused), the batch sizes are
+searched, and the plan runs through the workload runner with every workload run nested under
+the study run; after each workload its status goes into the plan CSV and into the study file's
+``status:``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shlex
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from radt.collocation import clocks, mig, models, nvsmi, power
-from radt.collocation.common import find_gpu, list_gpus, mig_mode, watts
-from radt.errors import RadtError, UsageError
+from radt.errors import UsageError
 from radt.launch.launcher import open_store
-from radt.launch.registry import Discovered, discover, select
-from radt.plans import batch, columns
-from radt.plans.model import FAILED, FINISHED, PlanError, Workload, clean
+from radt.launch.registry import discover
+from radt.plans import batch
+from radt.plans.model import FAILED, FINISHED, PlanError, Workload
 from radt.plans.read import read_plan
 from radt.plans.runner import (
     PlanOptions,
@@ -34,40 +33,18 @@ from radt.plans.runner import (
     check_plan,
     run_workloads,
 )
-from radt.plans.scanner import physical_lines, read_text, scan
-from radt.plans.study import (
-    SHARED_LOADER_FLAG,
-    Progress,
-    Study,
-    StudyError,
-    StudyWorkload,
-    expand,
-    progress_of,
-    read_study,
-)
+from radt.plans.study import Study, StudyError, StudyWorkload, read_study
+from radt.plans.studycheck import check_study
+from radt.plans.studyexpand import expand
 from radt.plans.studyfile import write_progress
-from radt.plans.writeback import _atomic_write, _locked, _quote, lock_path, write_results
-from radt.tags import RADT_STUDY, RADT_STUDY_FILE, RADT_STUDY_PROGRESS, RADT_STUDY_WORKLOADS, Mode
+from radt.plans.studyplan import default_plan_path, old_runs, plan_rows, plan_text, write_plan
+from radt.plans.studyprogress import Progress, progress_of, report, status_of
+from radt.plans.writeback import write_results
+from radt.tags import RADT_STUDY, RADT_STUDY_FILE, RADT_STUDY_PROGRESS, RADT_STUDY_WORKLOADS
 from radt.tracking import experiment_id
 from radt.words import count
 
 log = logging.getLogger(__name__)
-
-PLAN_COLUMNS = (
-    "Experiment",
-    "Workload",
-    "Status",
-    "Run",
-    "Devices",
-    "Collocation",
-    "File",
-    "Listeners",
-    "Params",
-    "PowerLimit",
-    "Job",
-)
-LOADER_COLUMNS = (*PLAN_COLUMNS, "Role")
-"""The plan's columns when the study has a ``loader:`` dimension."""
 
 
 @dataclass
@@ -79,442 +56,6 @@ class StudyOptions:
     """The plan options (``path`` is replaced by the plan file's)."""
     plan_path: Path | None = None
     dry_run: bool = False
-
-
-def default_plan_path(study_path: Path) -> Path:
-    """``study.plan.csv`` beside ``study.yaml``."""
-    return study_path.with_name(study_path.stem + ".plan.csv")
-
-
-# --------------------------------------------------------------------------- checks
-
-
-@dataclass
-class Checked:
-    """What checking a study against this machine found."""
-
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    gpu: str = ""
-    """The GPU the study was checked against, in words."""
-
-
-def check_study(
-    study: Study, found: dict[str, Discovered], *, on_this_machine: bool = True
-) -> Checked:
-    """Problems with the study on this machine: its GPU model (MIG profiles, placements),
-    power limits, devices, listeners and batch flag. Changes nothing; a dry run and a real run
-    check the same.
-
-    ``on_this_machine`` False (the workloads run as Slurm jobs on other nodes): a listener
-    that cannot run here is a note, since the node decides; an unknown one stays a problem."""
-    checked = Checked()
-    where = _where(study)
-    try:
-        select(study.listeners, found)
-    except UsageError as exc:
-        message = f"{where('listeners')}: listeners: {exc}"
-        if on_this_machine or "unknown listener" in str(exc):
-            checked.problems.append(message)
-        else:
-            checked.notes.append(message)
-    _check_gpu(study, checked)
-    if study.batch is not None:
-        problem = batch.check_flag(study, study.batch)
-        if problem:
-            checked.problems.append(f"{where('batch_size')}: batch_size.flag: {problem}")
-    return checked
-
-
-def _where(study: Study):
-    def where(key: str) -> str:
-        line = study.lines.get(key) or study.lines.get(key.split("[")[0])
-        return f"{study.path} line {line}" if line else str(study.path)
-
-    return where
-
-
-def _check_gpu(study: Study, checked: Checked) -> None:
-    where = _where(study)
-    migs = [(i, c) for i, c in enumerate(study.configurations) if c.mode == Mode.MIG]
-    caps = [(i, w) for i, w in enumerate(study.power_limits_w) if w is not None]
-    devices = [d for d in study.devices.split("+") if d]
-    if migs and len(devices) > 1:
-        checked.problems.append(
-            f"{where('devices')}: devices: MIG configurations need one GPU to partition, "
-            f"not {len(devices)}"
-        )
-        return
-    if not nvsmi.available(nvsmi.SMI):
-        _check_without_gpu(study, migs, caps, checked)
-        return
-    try:
-        gpus = list_gpus()
-    except RadtError as exc:
-        checked.problems.append(f"{where('devices')}: {exc}")
-        return
-    device = devices[0] if devices else "0"
-    gpu = find_gpu(device, gpus)
-    if gpu is None:
-        listed = ", ".join(f"{g.index} ({g.name})" for g in gpus) or "no GPU"
-        checked.problems.append(
-            f"{where('devices')}: devices: GPU {device} does not exist here; "
-            f"nvidia-smi -L lists {listed}"
-        )
-        return
-    checked.gpu = f"GPU {gpu.index}: {gpu.name}"
-    for i, mhz in enumerate(study.gpu_clocks_mhz):
-        if mhz is not None:
-            checked.problems += clocks.check_gpu(gpu, mhz, _item(study, i, "gpu_clock"))
-    if migs:
-        state, source = _mig_state(gpu)
-        if state is None:
-            for i, c in migs:
-                checked.problems.append(f"{_item(study, i)}: {c.label}: {source}")
-        else:
-            checked.gpu += f" (MIG profiles from {source})"
-            for i, configuration in migs:
-                problem = _fit(gpu, state, configuration)
-                if problem:
-                    checked.problems.append(f"{_item(study, i)}: {configuration.label}: {problem}")
-    if caps:
-        try:
-            readings = power.readings(gpu.index)
-        except RadtError as exc:
-            checked.problems.append(f"{where('power_limit')}: power_limit: {exc}")
-            return
-        if readings.min is None or readings.max is None:
-            checked.problems.append(
-                f"{where('power_limit')}: power_limit: GPU {gpu.index} ({gpu.name}) does not "
-                "report a power-limit range, so radT cannot cap it"
-            )
-            return
-        checked.gpu += f", power limit {watts(readings.min)}-{watts(readings.max)} W"
-        for i, cap in caps:
-            if not readings.min <= cap <= readings.max:
-                checked.problems.append(
-                    f"{_item(study, i, 'power_limit')}: {watts(cap)} W is outside the range "
-                    f"of GPU {gpu.index} ({gpu.name}): {watts(readings.min)} W to "
-                    f"{watts(readings.max)} W"
-                )
-
-
-def _item(study: Study, index: int, key: str = "collocation") -> str:
-    raw_is_list = f"{key}[0]" in study.lines
-    name = f"{key}[{index}]" if raw_is_list else key
-    line = study.lines.get(name) or study.lines.get(key)
-    return f"{study.path} line {line}: {name}" if line else f"{study.path}: {name}"
-
-
-def _mig_state(gpu: nvsmi.GpuListing) -> tuple[mig.GpuMig | None, str]:
-    """The GPU model's MIG profiles as an empty GPU, and where they come from (or why not)."""
-    mode = mig_mode(gpu.index)
-    if mode is not None and mode[0].strip("[]") in ("N/A", "Not Supported"):
-        return None, f"GPU {gpu.index} ({gpu.name}) does not support MIG"
-    if mode is not None and mode[0] == "Enabled":
-        try:
-            state = mig.read_gpu(gpu.index)
-        except RadtError:
-            state = None
-        if state is not None:
-            profiles = [replace(p, free=p.total) for p in state.profiles]
-            return mig.GpuMig(profiles, []), "nvidia-smi mig -lgip"
-    model = models.model_of(gpu.name)
-    if model is None:
-        return None, (
-            f"GPU {gpu.index} ({gpu.name}) is not a MIG model radT knows "
-            f"({models.known_names()}) and its MIG mode is off, so nvidia-smi cannot list its "
-            f"profiles; turn MIG mode on (`sudo nvidia-smi -i {gpu.index} -mig 1`) to check"
-        )
-    return model.state(gpu.index), f"the {model.name} table"
-
-
-def _fit(gpu: nvsmi.GpuListing, state: mig.GpuMig, configuration) -> str | None:
-    profiles = []
-    for run in configuration.runs:
-        profile = mig.find_profile(run.mig_profile or "", state.profiles)
-        if profile is None:
-            return (
-                f"MIG profile {run.mig_profile} does not exist on GPU {gpu.index} "
-                f"({gpu.name}); it offers {state.offers()}"
-            )
-        profiles.append(profile)
-    return mig.fit_problem(gpu, state, profiles)
-
-
-def _check_without_gpu(study: Study, migs, caps, checked: Checked) -> None:
-    checked.gpu = "no nvidia-smi here"
-    if migs:
-        names = {str(run.mig_profile) for _i, c in migs for run in c.runs}
-        offering = models.models_offering(names)
-        if not offering:
-            checked.notes.append(
-                f"{study.path}: no GPU here and no known MIG model ({models.known_names()}) "
-                f"offers all of {', '.join(sorted(names))}; the MIG configurations are checked "
-                "for compute slices only"
-            )
-        else:
-            model = offering[0]  # every model offering them shares the geometry: one check
-            tables = " and ".join(m.name for m in offering)
-            checked.gpu += f"; MIG profiles checked against the {tables} table" + (
-                "s (the same profiles)" if len(offering) > 1 else ""
-            )
-            listing = nvsmi.GpuListing(0, model.name, "GPU-model")
-            state = model.state()
-            for i, configuration in migs:
-                problem = _fit(listing, state, configuration)
-                if problem:
-                    checked.problems.append(f"{_item(study, i)}: {configuration.label}: {problem}")
-    if caps:
-        checked.notes.append(
-            f"{study.path}: no nvidia-smi here, so the power limits are not checked against a "
-            "GPU's range"
-        )
-    if any(mhz is not None for mhz in study.gpu_clocks_mhz):
-        checked.notes.append(
-            f"{study.path}: no nvidia-smi here, so the GPU clocks are not checked against a "
-            "GPU's supported clocks"
-        )
-
-
-# --------------------------------------------------------------------------- the plan
-
-
-def plan_rows(
-    study: Study,
-    workloads: list[StudyWorkload],
-    progress: dict[str, Progress],
-    sizes: dict[tuple[str, str], int],
-    old_runs: dict[tuple[str, int], tuple[str, str]],
-) -> list[dict[str, str]]:
-    """The plan's rows: one per run of every workload, with the study's progress.
-
-    A workload with a shared loader starts with its loader row (``Role`` = loader, the
-    study's ``loader_file``, no share of the GPU and no power limit; ``naive`` beside naive
-    trainings, else ``-``), and its trainings get ``--shared-loader`` before their params,
-    as in examples/shared_loader.csv.
-    """
-    rows = []
-    for workload in workloads:
-        entry = progress.get(workload.descriptor)
-        status = entry.status if entry is not None else ""
-        shared = workload.loader == "shared"
-        cells: list[dict[str, str]] = []
-        if shared:
-            mode = workload.configuration.mode
-            cells.append(
-                {
-                    "Collocation": Mode.NAIVE if mode == Mode.NAIVE else "-",
-                    "File": study.loader_file or "-",
-                    "Params": "-",
-                    "PowerLimit": "-",
-                    "GpuClock": "-",
-                    "Job": "-",
-                    "Role": "loader",
-                }
-            )
-        for position, run in enumerate(workload.configuration.runs):
-            params = [SHARED_LOADER_FLAG] if shared else []
-            params += workload.argv_params
-            size = sizes.get((workload.job, batch.slot_key(workload.configuration, position)))
-            if study.batch is not None and size is not None:
-                params += [study.batch.flag, str(size)]
-            cells.append(
-                {
-                    "Collocation": run.label,
-                    "File": study.file,
-                    "Params": shlex.join(params) if params else "-",
-                    "PowerLimit": "-"
-                    if workload.power_limit_w is None
-                    else f"{workload.power_limit_w:g}",
-                    "GpuClock": "-"
-                    if workload.gpu_clock_mhz is None
-                    else str(workload.gpu_clock_mhz),
-                    "Job": workload.job,
-                    "Role": "-",
-                }
-            )
-        for position, row in enumerate(cells):
-            old_status, old_run = old_runs.get((workload.name, position), ("", ""))
-            rows.append(
-                {
-                    "Experiment": study.experiment,
-                    "Workload": workload.name,
-                    "Status": status,
-                    "Run": old_run if status and old_status == status else "",
-                    "Devices": study.devices or "-",
-                    "Listeners": study.listeners or "-",
-                    **columns.study_cells(study.column_values),
-                    **row,
-                }
-            )
-    return rows
-
-
-def plan_text(study: Study, rows: list[dict[str, str]], searched: bool) -> str:
-    """The plan CSV: a comment header, the column line, the rows."""
-    lines = [
-        f"# The plan of study {study.name} ({study.path}), written by radT from the study:",
-        "# edit the study, not this file. radT writes Status and Run here after each workload",
-        "# and the progress into the study's status:; finished workloads are skipped.",
-    ]
-    if study.batch is not None and not searched:
-        lines.append(
-            f"# {study.batch.flag} is added to each row once its slot's largest batch size is "
-            "found (when the study runs)."
-        )
-    if study.nodes > 1:
-        lines.append(
-            f"# nodes: {study.nodes}: radT runs each workload as one training on "
-            f"{study.nodes} nodes (a job run with a node run per node); run the study, not this "
-            "plan."
-        )
-    names = LOADER_COLUMNS if "loader" in study.extended else PLAN_COLUMNS
-    if "gpu_clock" in study.extended:
-        at = names.index("PowerLimit") + 1
-        names = (*names[:at], "GpuClock", *names[at:])
-    names = (*names, *columns.study_columns(study.column_values))
-    lines.append(", ".join(names))
-    for row in rows:
-        lines.append(", ".join(_quote(row[name]) for name in names))
-    return "\n".join(lines) + "\n"
-
-
-def old_runs(plan_path: Path) -> dict[tuple[str, int], tuple[str, str]]:
-    """(Workload, position) -> (Status, Run) of the plan file as it is now (none if absent)."""
-    if not plan_path.exists():
-        return {}
-    try:
-        _, text = read_text(plan_path)
-    except (UsageError, OSError):
-        return {}
-    records, _ = scan(physical_lines(text))
-    if not records:
-        return {}
-    header = [clean(cell).lower() for cell in records[0].cells]
-    found: dict[tuple[str, int], tuple[str, str]] = {}
-    counts: dict[str, int] = {}
-
-    def cell(cells: list[str], name: str) -> str:
-        return (
-            clean(cells[header.index(name)])
-            if name in header and header.index(name) < len(cells)
-            else ""
-        )
-
-    for record in records[1:]:
-        cells = record.cells
-        workload = cell(cells, "workload")
-        position = counts.get(workload, 0)
-        counts[workload] = position + 1
-        status = cell(cells, "status").split()[0].upper() if cell(cells, "status") else ""
-        found[(workload, position)] = (status, cell(cells, "run"))
-    return found
-
-
-def write_plan(path: Path, text: str) -> None:
-    """Write the plan file atomically, under the plan lock."""
-    with _locked(lock_path(path)):
-        _atomic_write(path, text.encode("utf-8"))
-
-
-# --------------------------------------------------------------------------- the report
-
-
-def report(
-    study: Study,
-    workloads: list[StudyWorkload],
-    progress: dict[str, Progress],
-    plan_path: Path,
-    checked: Checked,
-    modes: set[str] | None,
-) -> str:
-    """The dry run's table: counts, configurations, caps, repeats, then one line per workload."""
-    combos = 1
-    for _flag, values in study.parameters:
-        combos *= len(values)
-    runs = sum(len(w.configuration.runs) + (w.loader == "shared") for w in workloads)
-    loaders = "loader" in study.extended
-    caps = ", ".join("default" if w is None else f"{w:g} W" for w in study.power_limits_w)
-
-    def n(count: int, word: str) -> str:
-        return f"{count} {word}{'' if count == 1 else 's'}"
-
-    out = [
-        f"study {study.name} ({study.path}): {n(len(workloads), 'workload')}, {n(runs, 'run')}"
-        f" = {n(combos, 'parameter combination')} x {n(len(study.configurations), 'configuration')}"
-        f" x {n(len(study.power_limits_w), 'power limit')}"
-        + (f" x {n(len(study.loaders), 'loader')}" if loaders else "")
-        + f" x {n(study.repeats, 'repeat')}"
-        f" ({study.method} order{', seed ' + str(study.seed) if study.method == 'random' else ''})",
-        f"experiment: {study.experiment}; command: {study.file}",
-        "configurations: " + ", ".join(c.label for c in study.configurations),
-        f"power limits: {caps}",
-    ]
-    if loaders:
-        out.append(
-            "loaders: "
-            + ", ".join(study.loaders)
-            + (f"; shared loader: {study.loader_file}" if study.loader_file else "")
-        )
-    if study.parameters:
-        out.append(
-            "parameters: "
-            + "; ".join(f"{flag} {', '.join(values)}" for flag, values in study.parameters)
-        )
-    if study.batch is not None:
-        keys = list(dict.fromkeys(s.key for s in batch.slots(workloads)))
-        out.append(
-            f"batch size: the largest {study.batch.flag} that fits "
-            f"({study.batch.spec.split(' ', 1)[1]}), searched when the study runs for each of "
-            f"{n(len(keys), 'slot')} ({', '.join(keys)}), at most "
-            f"{batch.most_probes(study.batch)} probes each"
-        )
-    if checked.gpu:
-        out.append(f"checked against: {checked.gpu}")
-    modes_used = {w.configuration.mode for w in workloads}
-    if Mode.MIG in modes_used and modes_used - {Mode.MIG}:
-        out.append(
-            f"two passes: `radt {study.path} --modes mig` with MIG mode on, then "
-            f"`radt {study.path} --modes none+naive+mps` with it off"
-        )
-    done = sum(1 for w in workloads if _status(w, progress) == FINISHED)
-    out.append(f"progress: {done} of {len(workloads)} finished; plan: {plan_path}")
-    header = ("#", "workload", "configuration", "runs", "power", "repeat", "params", "status")
-    if loaders:
-        header = (*header[:4], "loader", *header[4:])
-    table = [header]
-    for w in workloads:
-        status = _status(w, progress) or (
-            "" if modes is None or w.configuration.mode in modes else "-"
-        )
-        table.append(
-            (
-                str(w.index),
-                w.name,
-                w.configuration.label,
-                str(len(w.configuration.runs) + (w.loader == "shared")),
-                *([w.loader] if loaders else []),
-                "default" if w.power_limit_w is None else f"{w.power_limit_w:g} W",
-                str(w.repeat),
-                w.params_text or "-",
-                status,
-            )
-        )
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        out.append(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
-    return "\n".join(out)
-
-
-def _status(workload: StudyWorkload, progress: dict[str, Progress]) -> str:
-    entry = progress.get(workload.descriptor)
-    return entry.status if entry is not None else ""
-
-
-# --------------------------------------------------------------------------- running
 
 
 def run_study(options: StudyOptions) -> int:
@@ -849,7 +390,7 @@ class _Run:
     def _outcome(self, cancelled: bool = False) -> str:
         """FINISHED only when every workload finished; KILLED when the user cancelled (Ctrl-C,
         scancel); otherwise FAILED."""
-        statuses = [_status(w, self.progress) for w in self._considered()]
+        statuses = [status_of(w, self.progress) for w in self._considered()]
         if all(s == FINISHED for s in statuses):
             return FINISHED
         endings = getattr(self, "endings", {})
@@ -862,7 +403,7 @@ class _Run:
         endings = getattr(self, "endings", {})
         kinds: dict[str, int] = {}
         for w in self._considered():
-            status = _status(w, self.progress)
+            status = status_of(w, self.progress)
             if status != FINISHED:
                 kind = endings.get(w.name) or status or "not run"
                 if status in (FAILED, "KILLED") and kind not in (FAILED, "KILLED", status):
@@ -877,7 +418,7 @@ class _Run:
         return f"radt {self.study.path}"
 
     def _close(self, client, status: str) -> None:
-        done = sum(1 for w in self.workloads if _status(w, self.progress) == FINISHED)
+        done = sum(1 for w in self.workloads if status_of(w, self.progress) == FINISHED)
         left = len(self.workloads) - done
         others = self._others()
         try:

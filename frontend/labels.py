@@ -1,0 +1,88 @@
+"""Where the points' labels go on a scatter chart: a text position per point such that the
+labels cover neither each other nor the markers and stay inside the plot (pure functions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+LABEL_POSITIONS = (
+    "top center",
+    "bottom center",
+    "middle right",
+    "middle left",
+    "top right",
+    "bottom right",
+    "top left",
+    "bottom left",
+)
+"""Where a point's label may go, in the order :func:`label_positions` tries them."""
+PLOT_PX = (480.0, 300.0)
+"""About the plot area of a chart in a half-width card, in pixels (width, height)."""
+CHAR_PX, LINE_PX, MARKER_PX = 7.0, 14.0, 7.0
+"""About a label character's width, a label's height and a marker's radius, in pixels."""
+
+
+def label_box(x_px: float, y_px: float, text: str, position: str) -> tuple[float, ...]:
+    """The box ``(left, bottom, right, top)`` in pixels (y up) that plotly gives the label
+    ``text`` of a marker at ``(x_px, y_px)`` at ``position`` (``top center`` …)."""
+    width = CHAR_PX * len(text)
+    vertical, horizontal = position.split()
+    left = {
+        "center": x_px - width / 2,
+        "right": x_px + MARKER_PX,
+        "left": x_px - MARKER_PX - width,
+    }[horizontal]
+    bottom = {
+        "top": y_px + MARKER_PX,
+        "middle": y_px - LINE_PX / 2,
+        "bottom": y_px - MARKER_PX - LINE_PX,
+    }[vertical]
+    return (left, bottom, left + width, bottom + LINE_PX)
+
+
+def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    """The area two boxes ``(left, bottom, right, top)`` share."""
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    return max(width, 0.0) * max(height, 0.0)
+
+
+def label_positions(
+    x: Iterable[float],
+    y: Iterable[float],
+    texts: Iterable[str],
+    span: tuple[float, float],
+    plot_px: tuple[float, float] = PLOT_PX,
+) -> list[str]:
+    """A text position per point such that labels cover neither each other nor the markers.
+
+    ``span``: the x and y ranges of the axes (both from 0), which with ``plot_px`` place the
+    points in pixels. From the highest point down, each label takes the first place of
+    :data:`LABEL_POSITIONS` where it overlaps no label placed before and no marker and stays
+    inside the plot; where every place overlaps, the one that overlaps least (the area outside
+    the plot counted as overlap).
+    """
+    points = [
+        (px / (span[0] or 1.0) * plot_px[0], py / (span[1] or 1.0) * plot_px[1])
+        for px, py in zip(x, y, strict=True)
+    ]
+    words = [str(t) for t in texts]
+    markers = [
+        (px - MARKER_PX, py - MARKER_PX, px + MARKER_PX, py + MARKER_PX) for px, py in points
+    ]
+    placed: dict[int, tuple[float, ...]] = {}
+    chosen: dict[int, str] = {}
+    for i in sorted(range(len(points)), key=lambda k: (-points[k][1], points[k][0])):
+        best = None
+        for position in LABEL_POSITIONS:
+            box = label_box(*points[i], words[i], position)
+            clash = sum(_overlap(box, other) for other in placed.values())
+            clash += sum(_overlap(box, m) for j, m in enumerate(markers) if j != i)
+            clash += _overlap(box, box) - _overlap(box, (0.0, 0.0, *plot_px))  # cut at the edge
+            if best is None or clash < best[0]:
+                best = (clash, position, box)
+            if clash == 0:
+                break
+        chosen[i], placed[i] = best[1], best[2]
+    return [chosen[i] for i in range(len(points))]

@@ -13,14 +13,15 @@ a SQLite store of its own that is created before timing starts.
 
 Conditions:
 - ``plain``: ``python -c "print('first', flush=True)"``;
-- ``radt-none``: ``radt -l none -- python -c ...`` (launcher, no listeners);
-- ``radt``: ``radt -- python -c ...`` (every available listener, default interval);
+- ``radt-none``: ``radt -l none -- python -c ...`` (launcher, no listeners), cold
+  (``RADT_WARM=0``: what the first run pays, and every run with the warm launcher off);
+- ``radt``: ``radt -- python -c ...`` (every available listener, default interval), cold;
 - ``radt-base``: ``python -m radt -l none -- python -c ...`` from another copy of radT's code
   (``--base DIR`` holding ``radt/``, e.g. today's main: ``git archive main radt listeners
   frontend | tar -x -C DIR`` and ``radt/listeners``, ``radt/frontend`` linked to them) on
   ``PYTHONPATH``: the code before a change, side by side;
-- ``radt-warm``: ``radt -l none -- python -c ...`` with ``RADT_WARM=1`` and the warm launcher
-  (radt/warm.py) started and ready before the rounds, as after a first run; its CPU
+- ``radt-warm``: ``radt -l none -- python -c ...`` through the warm launcher (radt/warm.py, on
+  by default) started and ready before the rounds, as for every run after a first; its CPU
   column counts the caller only (the run itself is a fork of the warm launcher, which
   the kernel reaps: its CPU is not the benchmark's child's);
 - ``radt-0.2.30-none`` / ``radt-0.2.30``: the original radT 0.2.30 in
@@ -134,15 +135,18 @@ def build(name: str, root: Path, venv: Path, base: Path | None = None) -> Condit
     if name == "plain":
         argv, label = [py, "-c", LINE], "plain `python -c`"
     elif name == "radt-none":
-        argv, label = [radt_bin(), "-l", "none", "--", py, "-c", LINE], "radT `-l none`"
+        argv, label = [radt_bin(), "-l", "none", "--", py, "-c", LINE], "radT `-l none`, cold"
+        env["RADT_WARM"] = "0"
     elif name == "radt":
-        argv, label = [radt_bin(), "--", py, "-c", LINE], "radT, default listeners"
+        argv, label = [radt_bin(), "--", py, "-c", LINE], "radT, default listeners, cold"
+        env["RADT_WARM"] = "0"
     elif name == "radt-base":
         if base is None or not (base / "radt" / "__init__.py").exists():
             raise FileNotFoundError(f"{base}/radt missing: give --base DIR")
         argv = [py, "-m", "radt", "-l", "none", "--", py, "-c", LINE]
         label = f"radT `-l none`, code in {base}"
         env["PYTHONPATH"] = str(base)
+        env["RADT_WARM"] = "0"  # code without the warm launcher ignores it; code with it: cold
     elif name == "radt-warm":
         argv, label = [radt_bin(), "-l", "none", "--", py, "-c", LINE], "radT `-l none`, warm"
         runtime = folder / "rt"

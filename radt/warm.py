@@ -342,6 +342,9 @@ def serve(path: Path, idle: float, main: Callable[[list[str]], int]) -> int:
     for ep in entry_points(group=GROUP):  # the listeners' modules, not their availability
         with contextlib.suppress(Exception):
             ep.load()
+    from radt.launch.environment import installed_packages
+
+    installed_packages()  # read once here; each run checks that sys.path has not changed
     if threading.active_count() > 1:
         return 1  # forking would copy another thread's locks: serve no one
     with contextlib.suppress(FileNotFoundError):

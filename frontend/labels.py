@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+
 LABEL_POSITIONS = (
     "top center",
     "bottom center",
@@ -68,21 +70,34 @@ def label_positions(
         for px, py in zip(x, y, strict=True)
     ]
     words = [str(t) for t in texts]
-    markers = [
-        (px - MARKER_PX, py - MARKER_PX, px + MARKER_PX, py + MARKER_PX) for px, py in points
-    ]
-    placed: dict[int, tuple[float, ...]] = {}
+    markers = np.array(
+        [(px - MARKER_PX, py - MARKER_PX, px + MARKER_PX, py + MARKER_PX) for px, py in points],
+        dtype=float,
+    ).reshape(-1, 4)
+    placed = np.empty((len(points), 4))
     chosen: dict[int, str] = {}
-    for i in sorted(range(len(points)), key=lambda k: (-points[k][1], points[k][0])):
+    order = sorted(range(len(points)), key=lambda k: (-points[k][1], points[k][0]))
+    for n, i in enumerate(order):
+        others = np.delete(markers, i, axis=0)
         best = None
         for position in LABEL_POSITIONS:
             box = label_box(*points[i], words[i], position)
-            clash = sum(_overlap(box, other) for other in placed.values())
-            clash += sum(_overlap(box, m) for j, m in enumerate(markers) if j != i)
+            clash = _overlaps(box, placed[:n]) + _overlaps(box, others)
             clash += _overlap(box, box) - _overlap(box, (0.0, 0.0, *plot_px))  # cut at the edge
             if best is None or clash < best[0]:
                 best = (clash, position, box)
             if clash == 0:
                 break
-        chosen[i], placed[i] = best[1], best[2]
+        chosen[i], placed[n] = best[1], best[2]
     return [chosen[i] for i in range(len(points))]
+
+
+def _overlaps(box: tuple[float, ...], boxes: np.ndarray) -> float:
+    """The area ``box`` shares with each of ``boxes`` (rows ``left, bottom, right, top``), summed:
+    :func:`_overlap` over many boxes at once (a chart of 1,000 points has 1,000 to look at for
+    each of its labels' places)."""
+    if not len(boxes):
+        return 0.0
+    width = np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0])
+    height = np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1])
+    return float((np.clip(width, 0.0, None) * np.clip(height, 0.0, None)).sum())

@@ -881,3 +881,44 @@ def test_runs_grid_puts_the_headline_figures_first_and_hides_blank_columns():
     assert "power_limit_w" not in hidden  # the study's MIG pair ran at 250 W
     rows = grid_rows(study(energy=False).assign(power_limit_w=None))
     assert "power_limit_w" in {c["field"] for c in grid_columns(rows) if c.get("hide")}
+
+
+def test_label_places_are_those_of_their_definition_on_crowded_charts():
+    """The placement, computed over all boxes at once, gives the place the docstring's rule
+    gives when each overlap is summed one by one."""
+    import random
+
+    from radt.frontend.labels import LABEL_POSITIONS, PLOT_PX, label_box, label_positions
+
+    def overlap(a, b):
+        return max(min(a[2], b[2]) - max(a[0], b[0]), 0.0) * max(
+            min(a[3], b[3]) - max(a[1], b[1]), 0.0
+        )
+
+    def by_definition(x, y, texts, span):
+        scale = (PLOT_PX[0] / span[0], PLOT_PX[1] / span[1])
+        points = [(px * scale[0], py * scale[1]) for px, py in zip(x, y, strict=True)]
+        markers = [(px - 7.0, py - 7.0, px + 7.0, py + 7.0) for px, py in points]
+        placed, chosen = [], {}
+        for i in sorted(range(len(points)), key=lambda k: (-points[k][1], points[k][0])):
+            best = None
+            for position in LABEL_POSITIONS:
+                box = label_box(*points[i], texts[i], position)
+                clash = sum(overlap(box, other) for other in placed)
+                clash += sum(overlap(box, m) for j, m in enumerate(markers) if j != i)
+                clash += overlap(box, box) - overlap(box, (0.0, 0.0, *PLOT_PX))
+                if best is None or clash < best[0]:
+                    best = (clash, position, box)
+                if clash == 0:
+                    break
+            chosen[i] = best[1]
+            placed.append(best[2])
+        return [chosen[i] for i in range(len(points))]
+
+    rng = random.Random(7)
+    for n in (1, 2, 5, 30, 120):
+        x = [rng.uniform(0.0, 4.0) for _ in range(n)]
+        y = [rng.choice([1.0, 1.5, 2.0, rng.uniform(1.0, 3.0)]) for _ in range(n)]
+        texts = [f"job-{rng.randrange(100)}" * rng.randint(1, 2) for _ in range(n)]
+        assert label_positions(x, y, texts, (4.0, 3.0)) == by_definition(x, y, texts, (4.0, 3.0))
+    assert label_positions([], [], [], (1.0, 1.0)) == []

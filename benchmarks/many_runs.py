@@ -20,7 +20,8 @@ an empty radT cache:
 - ``radt.summary (first look)``: ``radt.summary(experiment)`` with an empty sample cache
   (the code before downloads every run's samples artifact then);
 - ``radt.summary``: the same call again (the code before reads its cache);
-- ``radt runs``: the command, start to exit (a new process: imports included);
+- ``radt runs``: the command, start to exit: cold (``RADT_WARM=0``, a new process: imports
+  included) and through the warm launcher (started and ready before the rounds);
 - ``Runs page``: the Runs page's callback data: ``Store.summary`` and ``grid_rows``;
 - ``Compare page (100 workloads)``: the Compare page's callback for 100 ticked workloads:
   ``Store.summary``, ``focus``, ``normalise`` and its seven charts.
@@ -83,12 +84,27 @@ summary_module.prepare = spy
 out = {"summary_first": [timed(lambda: summary(experiment, tracking_uri=uri), "summary_first")[0]]}
 out["samples_read"] = len(read)
 out["summary"], out["runs"], out["runs_page"], out["compare"] = [], [], [], []
+out["runs_warm"] = []
+import os, signal
+command = [radt_bin, "runs", "-e", experiment, "--tracking-uri", uri]
+path = None
+try:
+    from radt import warm  # the code before may have none: its radt runs is then cold too
+    path = warm.socket_path()
+    warm.start(path)
+    deadline = time.time() + 300
+    while not (path.exists() and warm.server_pid(path)) and time.time() < deadline:
+        time.sleep(0.2)  # ready before the rounds, as after a first command
+except ImportError:
+    pass
 for _ in range(rounds):
     seconds, frame = timed(lambda: summary(experiment, tracking_uri=uri), "summary")
     out["summary"].append(seconds)
     out["runs"].append(timed(lambda: subprocess.run(
-        [radt_bin, "runs", "-e", experiment, "--tracking-uri", uri],
-        check=True, capture_output=True), "runs")[0])
+        command, check=True, capture_output=True, env={**os.environ, "RADT_WARM": "0"}),
+        "runs")[0])
+    out["runs_warm"].append(timed(lambda: subprocess.run(
+        command, check=True, capture_output=True), "runs_warm")[0])
     page = timed(lambda: grid_rows(Store(uri).summary(experiment)), "runs_page")
     out["runs_page"].append(page[0])
     workloads = frame[frame["level"] == "provider"]["run_id"].tolist()[:100]
@@ -104,6 +120,8 @@ for _ in range(rounds):
             compare.cpu_figure(shown),
         ]
     out["compare"].append(timed(charts, "compare")[0])
+if path is not None and warm.server_pid(path):
+    os.kill(warm.server_pid(path), signal.SIGTERM)
 out["cpu"] = cpu
 out["rows"] = len(frame)
 out["providers"] = int((frame["level"] == "provider").sum())
@@ -244,7 +262,8 @@ def main() -> int:
     labels = {
         "summary_first": "radt.summary (first look)",
         "summary": "radt.summary",
-        "runs": "radt runs",
+        "runs": "radt runs, cold",
+        "runs_warm": "radt runs, warm launcher",
         "runs_page": "Runs page",
         "compare": "Compare page (100 workloads)",
     }

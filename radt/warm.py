@@ -15,7 +15,7 @@ default 600 s); ``RADT_WARM=0`` turns it off. Its socket is in a folder only its
 id. Its name carries a fingerprint of this Python, the variables that decide what it imports
 (``PYTHONPATH`` …) and radT's code, so an upgraded or edited radT gets a new one. Not used inside
 a Slurm job (the fork would live in the warm launcher's cgroup, outside the job's) or for plans
-and studies.
+and studies. ``radt runs``, ``radt export`` and ``radt report`` go through it too.
 """
 
 from __future__ import annotations
@@ -77,6 +77,12 @@ MAX_REQUEST = 16 * 2**20
 PRELOAD = (
     "radt.cli",
     "radt.cli.run",
+    "radt.cli.runs",
+    "radt.cli.export",
+    "radt.cli.report",
+    "radt.analysis.export",
+    "radt.analysis.report",
+    "plotly.graph_objects",
     "radt.launch.launcher",
     "radt.analysis.closing",
     "radt.analysis.summary",
@@ -86,7 +92,8 @@ PRELOAD = (
     "mlflow.store.tracking.sqlalchemy_store",
     "mlflow.store.tracking.rest_store",
 )
-"""What the warm launcher imports before it serves: the launch path and the end of a run."""
+"""What the warm launcher imports before it serves: the launch path, the end of a run and the
+looks that go through it (:data:`radt.cli.WARM_LOOKS`)."""
 
 _served = False
 """True in a fork of the warm launcher: it runs the command itself."""

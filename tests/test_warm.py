@@ -267,3 +267,43 @@ def test_it_ends_when_idle_and_takes_its_socket_away(tmp_path):
             server.kill()
     assert not path.exists()
     assert warm.server_pid(path) == server.pid  # what it wrote in its lock file
+
+
+def test_radt_runs_export_and_report_go_through_the_warm_launcher(workspace, tmp_path):
+    """The looks are served like runs: the same output, and the caller imports no MLflow."""
+    ws = workspace
+    env = warm_env(ws, tmp_path)
+    with ended(env):
+        made = ws.run(["-l", "none", "-n", "looked-at", "--", "python", "-c", "pass"], env=env)
+        assert made.returncode == 0, made.stderr
+        server_of(env)
+        cold = {**ws.env, "RADT_WARM": "0"}
+        for args in (["runs", "-e", "Default"], ["export", "-e", "Default", "-o", "x.csv"]):
+            here = ws.run(args, env=cold)
+            served = subprocess.run(
+                [sys.executable, "-X", "importtime", "-m", "radt", *args],
+                cwd=ws.root,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert served.returncode == here.returncode == 0, served.stderr
+            assert served.stdout == here.stdout
+            imported = [line for line in served.stderr.splitlines() if "import time:" in line]
+            assert imported and not [line for line in imported if " mlflow" in line], args
+        # an error is the same one line, and its exit code comes back
+        missing = subprocess.run(
+            [sys.executable, "-m", "radt", "report", "-e", "no-such-experiment"],
+            cwd=ws.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (
+            missing.returncode
+            == ws.run(["report", "-e", "no-such-experiment"], env=cold).returncode
+        )
+        assert missing.returncode != 0 and missing.stderr.startswith("radt: error: ")
+        assert "Traceback" not in missing.stderr

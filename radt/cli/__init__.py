@@ -30,10 +30,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+WARM_LOOKS = ("runs", "export", "report")
+"""The subcommands that, like a run, go through the warm launcher (:mod:`radt.warm`): each
+imports MLflow and pandas, seconds of a short command."""
+
+
 def _command(argv: list[str]) -> int:
     """``radt NAME ...`` runs the subcommand NAME's module (imported only then); anything
     else is ``radt [options] COMMAND``."""
     name, rest = (argv[0], argv[1:]) if argv else ("", [])
+    if name in WARM_LOOKS:
+        from radt import warm
+
+        if warm.enabled():
+            code = warm.run(argv)  # None: none to ask (one starts for next time), run it here
+            if code is not None:
+                return code
     if name == "sync":
         from radt.cli.sync import run_sync
 

@@ -81,12 +81,16 @@ def readonly():
 
 
 class FullDisk:
-    """A folder on a real, nearly full filesystem: a 256 KiB tmpfs with 12 KiB free where
+    """A folder on a real, nearly full filesystem: a 256 KiB tmpfs with 32 KiB free where
     mounting is allowed; elsewhere an ordinary folder, and radT runs under RLIMIT_FSIZE (a
     write past the limit fails with EFBIG, as a write to a full disk fails with ENOSPC)."""
 
     TMPFS_BYTES = 256 * 1024
-    FREE_BYTES = 12 * 1024
+    FREE_BYTES = 32 * 1024
+    """Room for the run's own small files (its state, the environment's files: a 4 KiB tmpfs
+    page each, written in the background from the start) and the output's first line, in
+    whichever order they come; with 12 KiB, an environment capture that came first (as it does
+    with the installed distributions already read) left the log no page at all."""
     RLIMIT_BYTES = 4 * 1024 * 1024  # above the SQLite store's size: only radT's files hit it
 
     def __init__(self, folder: Path, how: str) -> None:

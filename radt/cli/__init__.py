@@ -35,11 +35,21 @@ WARM_LOOKS = ("runs", "export", "report")
 imports MLflow and pandas, seconds of a short command."""
 
 
+def _own_streams() -> bool:
+    """Whether ``sys.stdout`` and ``sys.stderr`` are this process's own (fds 1 and 2): the warm
+    launcher's run writes to those, so a caller that redirected them (``main()`` called in-process,
+    as the docs' command reference does) runs the command itself."""
+    try:
+        return sys.stdout.fileno() == 1 and sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def _command(argv: list[str]) -> int:
     """``radt NAME ...`` runs the subcommand NAME's module (imported only then); anything
     else is ``radt [options] COMMAND``."""
     name, rest = (argv[0], argv[1:]) if argv else ("", [])
-    if name in WARM_LOOKS:
+    if name in WARM_LOOKS and not {"-h", "--help"} & set(rest) and _own_streams():
         from radt import warm
 
         if warm.enabled():

@@ -14,8 +14,10 @@ default 600 s); ``RADT_WARM=0`` turns it off. Its socket is in a folder only its
 (``$XDG_RUNTIME_DIR/radt``, else ``/tmp/radt-UID``), and it serves only callers of its own user
 id. Its name carries a fingerprint of this Python, the variables that decide what it imports
 (``PYTHONPATH`` …) and radT's code, so an upgraded or edited radT gets a new one. Not used inside
-a Slurm job (the fork would live in the warm launcher's cgroup, outside the job's) or for plans
-and studies. ``radt runs``, ``radt export`` and ``radt report`` go through it too.
+a Slurm job (the fork would live in the warm launcher's cgroup, outside the job's). Plans and
+studies go through it as runs do (a study's ``--slurm`` submitter included: its jobs run radT on
+the nodes, cold), and so do ``radt runs``, ``radt export``, ``radt report``, ``radt sync`` and
+``radt doctor``.
 """
 
 from __future__ import annotations
@@ -80,10 +82,16 @@ PRELOAD = (
     "radt.cli.runs",
     "radt.cli.export",
     "radt.cli.report",
+    "radt.cli.sync",
+    "radt.cli.doctor",
+    "radt.doctor.probes",
+    "radt.doctor.measure",
     "radt.analysis.export",
     "radt.analysis.report",
     "plotly.graph_objects",
     "radt.launch.launcher",
+    "radt.plans.runner",
+    "radt.plans.studyrun",
     "radt.analysis.closing",
     "radt.analysis.summary",
     "radt.record.compact",
@@ -92,18 +100,29 @@ PRELOAD = (
     "mlflow.store.tracking.sqlalchemy_store",
     "mlflow.store.tracking.rest_store",
 )
-"""What the warm launcher imports before it serves: the launch path, the end of a run and the
-looks that go through it (:data:`radt.cli.WARM_LOOKS`)."""
+"""What the warm launcher imports before it serves: the launch path, plans and studies, the end
+of a run and the looks that go through it (:data:`radt.cli.WARM_LOOKS`)."""
 
 _served = False
 """True in a fork of the warm launcher: it runs the command itself."""
 
 
 def enabled(environ: dict[str, str] | None = None) -> bool:
-    """Whether this ``radt COMMAND`` may go through the warm launcher."""
+    """Whether this ``radt COMMAND`` may go through the warm launcher: not turned off, not in a
+    Slurm job (a fork would live outside the job's cgroup) and with this process's own streams."""
     environ = os.environ if environ is None else environ
     off = environ.get(ENV, "").strip().lower() in OFF
-    return not off and not _served and "SLURM_JOB_ID" not in environ
+    return not off and not _served and "SLURM_JOB_ID" not in environ and _own_streams()
+
+
+def _own_streams() -> bool:
+    """Whether ``sys.stdout`` and ``sys.stderr`` are this process's own (fds 1 and 2): the warm
+    launcher's run writes to those, so a caller that redirected them (``radt.cli.main()`` called
+    in-process, as the docs' command reference does) runs the command itself."""
+    try:
+        return sys.stdout.fileno() == 1 and sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def idle_s() -> float:

@@ -84,7 +84,9 @@ with open(f"training-{os.environ['JOB']}.json", "w") as f:
 
 
 class Radt:
-    """``python -m radt`` started in a workspace, its output in files, its process tree noted."""
+    """``python -m radt`` started in a workspace, its output in files, its process tree noted:
+    radT runs the plan itself (``RADT_WARM=0``), so that its loader and trainings are this
+    process's descendants (a warm launcher's fork would have them)."""
 
     def __init__(self, ws: Workspace, args: list[str]) -> None:
         self.ws = ws
@@ -94,7 +96,7 @@ class Radt:
             self.process = subprocess.Popen(  # the stop signals at their defaults, whatever
                 ws.argv(args),  # this suite inherited (a suite started with `cmd &` ignores SIGINT)
                 cwd=ws.root,
-                env=ws.env,
+                env={**ws.env, "RADT_WARM": "0"},
                 stdout=out,
                 stderr=err,
                 preexec_fn=default_signals,

@@ -4,6 +4,7 @@ caller can see; it is never needed, private to its user, and ends when idle."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -153,6 +154,7 @@ def test_a_signal_the_caller_ignores_is_ignored_by_its_run(workspace, tmp_path):
 
 
 def test_on_unless_turned_off_and_never_inside_slurm(monkeypatch):
+    monkeypatch.setattr(warm, "_own_streams", lambda: True)  # pytest captures the streams
     monkeypatch.delenv("RADT_WARM", raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert warm.enabled()
@@ -165,6 +167,41 @@ def test_on_unless_turned_off_and_never_inside_slurm(monkeypatch):
     assert warm.enabled()
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     assert not warm.enabled()
+
+
+IN_PROCESS = """
+import contextlib, io, sys
+from radt.cli import main
+
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    code = main(["-l", "none", "-n", "in-process", "--", sys.executable, "-c", "pass"])
+sys.__stdout__.write(f"code {code}\\n" + err.getvalue())
+"""
+
+
+def test_a_caller_that_redirected_the_streams_runs_the_command_itself(workspace, tmp_path):
+    """``main()`` called in-process with sys.stderr redirected: radT's lines reach that stream
+    (a warm launcher's fork would write them to fd 2), though a warm launcher is up."""
+    ws = workspace
+    env = warm_env(ws, tmp_path)
+    with ended(env):
+        made = ws.run(["-l", "none", "--", "python", "-c", "pass"], env=env)
+        assert made.returncode == 0, made.stderr
+        server_of(env)
+        done = subprocess.run(
+            [sys.executable, "-c", IN_PROCESS],
+            cwd=ws.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("code 0\n"), done.stdout
+    assert "FINISHED" in done.stdout  # radT's own end line, in the redirected stream
+    assert "FINISHED" not in done.stderr
+    assert {r.info.status for r in ws.runs() if r.info.run_name == "in-process"} == {"FINISHED"}
 
 
 def test_another_pythonpath_is_another_warm_launcher(monkeypatch, tmp_path):
@@ -269,8 +306,9 @@ def test_it_ends_when_idle_and_takes_its_socket_away(tmp_path):
     assert warm.server_pid(path) == server.pid  # what it wrote in its lock file
 
 
-def test_radt_runs_export_and_report_go_through_the_warm_launcher(workspace, tmp_path):
-    """The looks are served like runs: the same output, and the caller imports no MLflow."""
+def test_the_looks_sync_and_doctor_go_through_the_warm_launcher(workspace, tmp_path):
+    """The looks, ``radt sync`` and ``radt doctor`` are served like runs: the same output, and
+    the caller imports no MLflow."""
     ws = workspace
     env = warm_env(ws, tmp_path)
     with ended(env):
@@ -278,7 +316,13 @@ def test_radt_runs_export_and_report_go_through_the_warm_launcher(workspace, tmp
         assert made.returncode == 0, made.stderr
         server_of(env)
         cold = {**ws.env, "RADT_WARM": "0"}
-        for args in (["runs", "-e", "Default"], ["export", "-e", "Default", "-o", "x.csv"]):
+        looks = (
+            ["runs", "-e", "Default"],
+            ["export", "-e", "Default", "-o", "x.csv"],
+            ["sync", "--list"],
+            ["doctor", "--json"],
+        )
+        for args in looks:
             here = ws.run(args, env=cold)
             served = subprocess.run(
                 [sys.executable, "-X", "importtime", "-m", "radt", *args],
@@ -289,7 +333,14 @@ def test_radt_runs_export_and_report_go_through_the_warm_launcher(workspace, tmp
                 timeout=120,
             )
             assert served.returncode == here.returncode == 0, served.stderr
-            assert served.stdout == here.stdout
+            if args[0] == "doctor":  # the same rows but the warm launcher's own (off, running)
+                rows = [json.loads(out.stdout) for out in (served, here)]
+                assert [r for r in rows[0] if r["name"] != "warm"] == [
+                    r for r in rows[1] if r["name"] != "warm"
+                ]
+                assert [r["why"] for r in rows[0] if r["name"] == "warm"][0].startswith("running")
+            else:
+                assert served.stdout == here.stdout
             imported = [line for line in served.stderr.splitlines() if "import time:" in line]
             assert imported and not [line for line in imported if " mlflow" in line], args
         # an error is the same one line, and its exit code comes back

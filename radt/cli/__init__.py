@@ -30,26 +30,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-WARM_LOOKS = ("runs", "export", "report")
+WARM_LOOKS = ("runs", "export", "report", "sync", "doctor")
 """The subcommands that, like a run, go through the warm launcher (:mod:`radt.warm`): each
-imports MLflow and pandas, seconds of a short command."""
-
-
-def _own_streams() -> bool:
-    """Whether ``sys.stdout`` and ``sys.stderr`` are this process's own (fds 1 and 2): the warm
-    launcher's run writes to those, so a caller that redirected them (``main()`` called in-process,
-    as the docs' command reference does) runs the command itself."""
-    try:
-        return sys.stdout.fileno() == 1 and sys.stderr.fileno() == 2
-    except (AttributeError, OSError, ValueError):
-        return False
+imports MLflow (and pandas, or the listeners' modules), seconds of a short command."""
 
 
 def _command(argv: list[str]) -> int:
     """``radt NAME ...`` runs the subcommand NAME's module (imported only then); anything
     else is ``radt [options] COMMAND``."""
     name, rest = (argv[0], argv[1:]) if argv else ("", [])
-    if name in WARM_LOOKS and not {"-h", "--help"} & set(rest) and _own_streams():
+    if name in WARM_LOOKS and not {"-h", "--help"} & set(rest):
         from radt import warm
 
         if warm.enabled():

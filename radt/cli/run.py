@@ -474,7 +474,7 @@ def run_launcher(argv: list[str]) -> int:
         raise UsageError("no command given; try `radt examples/train.py --epochs 1`")
     from radt import warm
 
-    if warm.enabled() and not command[0].lower().endswith(PLAN_SUFFIXES):
+    if warm.enabled():
         code = warm.run(argv)  # MLflow already imported there; None: run it here
         if code is not None:
             return code

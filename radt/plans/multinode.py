@@ -13,8 +13,10 @@ testing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -92,9 +94,11 @@ def run_here(
     interval_s: float | None = None,
 ) -> tuple[str, str, bool]:
     """Run ``workload`` as ``nodes`` radT "nodes" on this host (``RADT_NODE`` = node0, node1,
-    …); return the job run's status and id, and whether Ctrl-C stopped it (the nodes got it
-    too, and their records are complete when this returns). For testing a multi-node study:
-    the nodes share this host's GPUs."""
+    …); return the job run's status and id, and whether Ctrl-C stopped it (passed on to the
+    nodes, whose records are complete when this returns). For testing a multi-node study:
+    the nodes share this host's GPUs. The nodes have a session of their own, so a signal reaches
+    them once, from here, whether this radT runs in the terminal's process group or was forked
+    by the warm launcher (outside it)."""
     group = f"{study}-{workload.name}-{uuid.uuid4().hex[:8]}"
     base = {**os.environ, "MLFLOW_TRACKING_URI": uri, "RADT_GROUP": group}
     port = free_port()
@@ -107,15 +111,19 @@ def run_here(
             env = node_env(base, nodes, rank, LOCAL_ADDR, port)
             env["RADT_NODE"] = f"node{rank}"
             try:
-                processes.append(subprocess.Popen(argv, env=env))
+                processes.append(subprocess.Popen(argv, env=env, start_new_session=True))
             except OSError as exc:
                 raise RadtError(f"cannot start radT for node {rank}: {exc.strerror}") from None
         for process in processes:
             process.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM / SIGHUP (the plan runner's interrupt)
         interrupted = True
+        for process in processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGINT)
     finally:
-        for process in processes:  # Ctrl-C reached them too: wait for their records
+        for process in processes:  # wait for their records
             if process.poll() is None:
                 process.wait()
     codes = [process.returncode for process in processes]

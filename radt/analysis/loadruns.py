@@ -103,19 +103,34 @@ def search_all(client, experiment_ids: Sequence[str], filter_string: str = "") -
     return list(found)
 
 
+SEARCH_PAGE_RUNS = 10_000
+"""Runs asked for per page of a search (MLflow's most for one page of ``search_runs``)."""
+OLDEST_FIRST = ["attributes.start_time ASC"]
+
+
 def _search_pages(client, experiment_ids: Sequence[str], filter_string: str) -> list:
+    """Every page of the search; from an ``mlflow server`` read from its JSON
+    (:mod:`radt.analysis.restsearch`: the same runs, without MLflow's protobuf round trip)."""
+    from radt.analysis.restsearch import rest_store, search_page
+
+    store = rest_store(client)
     found: list = []
     token = None
     while True:
-        page = client.search_runs(
-            list(experiment_ids),
-            filter_string,
-            max_results=10_000,
-            order_by=["attributes.start_time ASC"],
-            page_token=token,
-        )
+        if store is not None:
+            page, token = search_page(
+                store, experiment_ids, filter_string, SEARCH_PAGE_RUNS, OLDEST_FIRST, token
+            )
+        else:
+            page = client.search_runs(
+                list(experiment_ids),
+                filter_string,
+                max_results=SEARCH_PAGE_RUNS,
+                order_by=OLDEST_FIRST,
+                page_token=token,
+            )
+            token = page.token
         found.extend(page)
-        token = page.token
         if not token:
             return found
 

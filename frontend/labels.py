@@ -19,10 +19,14 @@ LABEL_POSITIONS = (
     "bottom left",
 )
 """Where a point's label may go, in the order :func:`label_positions` tries them."""
-PLOT_PX = (480.0, 300.0)
-"""About the plot area of a chart in a half-width card, in pixels (width, height)."""
-CHAR_PX, LINE_PX, MARKER_PX = 7.0, 14.0, 7.0
-"""About a label character's width, a label's height and a marker's radius, in pixels."""
+PLOT_PX = (480.0, 240.0)
+"""The least plot area a chart in a half-width card gets, in pixels (width, height): 420 px less
+the title's and axes' margins and a legend of up to two rows below (one row leaves 270 px in
+Chromium). Less than the real area on purpose: labels apart at this size are further apart when
+drawn larger, not the reverse (a legend row once put a label 2 px into another marker)."""
+CHAR_PX, LINE_PX, MARKER_PX = 7.0, 14.0, 8.0
+"""A label character's width, a label's height and a marker's radius with the gap plotly leaves
+before its label, in pixels, each a little over what Chromium draws (5.9–6.6, 14 and 5.5 + 2.3)."""
 
 
 def label_box(x_px: float, y_px: float, text: str, position: str) -> tuple[float, ...]:

@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 from chromium import CHROMIUM, INSTALL, launch
 from conftest import Workspace, new_workspace, wait_for
+from radt.frontend.labels import PLOT_PX
 from servers import HttpServer, answers, free_port
 
 if not CHROMIUM.exists() and not os.environ.get("CI"):
@@ -366,6 +367,8 @@ def test_compare_page_draws_the_study_charts(page, ui, study, shots):
     assert bars >= 2
     # labels as drawn: the slowdown points' apart, the bars' legend off their x labels
     labels = boxes(page, "#cmp-slowdown .textpoint text")
+    (area,) = boxes(page, "#cmp-slowdown .nsewdrag")  # the labels were placed for PLOT_PX
+    assert area[2] - area[0] >= PLOT_PX[0] and area[3] - area[1] >= PLOT_PX[1], area
     assert len(labels) == 3 and not overlapping(labels, labels), labels
     markers = boxes(page, "#cmp-slowdown .scatterlayer .point")
     assert len(markers) == 3 and not overlapping(labels, markers), (labels, markers)

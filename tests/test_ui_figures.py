@@ -888,7 +888,13 @@ def test_label_places_are_those_of_their_definition_on_crowded_charts():
     gives when each overlap is summed one by one."""
     import random
 
-    from radt.frontend.labels import LABEL_POSITIONS, PLOT_PX, label_box, label_positions
+    from radt.frontend.labels import (
+        LABEL_POSITIONS,
+        MARKER_PX,
+        PLOT_PX,
+        label_box,
+        label_positions,
+    )
 
     def overlap(a, b):
         return max(min(a[2], b[2]) - max(a[0], b[0]), 0.0) * max(
@@ -898,7 +904,9 @@ def test_label_places_are_those_of_their_definition_on_crowded_charts():
     def by_definition(x, y, texts, span):
         scale = (PLOT_PX[0] / span[0], PLOT_PX[1] / span[1])
         points = [(px * scale[0], py * scale[1]) for px, py in zip(x, y, strict=True)]
-        markers = [(px - 7.0, py - 7.0, px + 7.0, py + 7.0) for px, py in points]
+        markers = [
+            (px - MARKER_PX, py - MARKER_PX, px + MARKER_PX, py + MARKER_PX) for px, py in points
+        ]
         placed, chosen = [], {}
         for i in sorted(range(len(points)), key=lambda k: (-points[k][1], points[k][0])):
             best = None

@@ -61,7 +61,7 @@ lint: install-test
 # every test, on two pytest-xdist workers: each test file on one worker (its module-scoped fixtures
 # made once) and the tests of each cluster marker (slurm, postgres) on one (tests/conftest.py)
 test: install-test lint
-	$(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup
+	$(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup --no-loadscope-reorder
 
 # two workers (pytest-xdist): every test has its own tmp folder, store, RADT_HOME and ports
 test-fast: install-test

@@ -29,6 +29,16 @@ FIXTURES = REPO / "tests" / "fixtures"
 RUNTIME = Path(tempfile.mkdtemp(prefix="radt-tests-runtime-"))
 os.environ["XDG_RUNTIME_DIR"] = str(RUNTIME)
 
+# The stand-ins of tests/fakes are Python scripts (`#!/usr/bin/env python3`), run thousands of
+# times: `python3` on PATH is this interpreter's base Python itself, the one a version manager's
+# shim would pick after its own start (pyenv's shim costs about 0.2 s a call).
+_PYTHON3 = RUNTIME / "bin" / "python3"
+_PYTHON3.parent.mkdir()
+_PYTHON3.symlink_to(
+    Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+)
+os.environ["PATH"] = f"{_PYTHON3.parent}{os.pathsep}{os.environ['PATH']}"
+
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Name a failure the moment it happens (the summary comes only at the end of a long run,
@@ -213,6 +223,23 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+class KeptPoints:
+    """A :class:`radt.record.writer.BatchWriter`'s interface that keeps the points it is handed
+    and sends nothing (the recorder's other side, in tests of the recorder alone)."""
+
+    def __init__(self) -> None:
+        self.points: list = []
+
+    def start(self) -> None:
+        pass
+
+    def put(self, points) -> None:
+        self.points.extend(points)
+
+    def close(self, timeout_s: float) -> int:
+        return 0
+
+
 def kill_quietly(pid: int) -> None:
     """SIGKILL a process that a failed test may have left behind."""
     with contextlib.suppress(ProcessLookupError):
@@ -324,17 +351,57 @@ CLUSTER_MARKERS = ("slurm", "postgres")
 ``make test``'s pytest-xdist workers all the tests of one such marker run on one worker, one
 after another, whatever file they are in."""
 
+LONGEST_FIRST = (
+    "slurm",
+    "tests/test_ui_browser.py",
+    "tests/test_multinode.py",
+    "tests/test_study.py",
+    "tests/test_truth.py",
+    "tests/test_gpu_check.py",
+    "tests/test_workload.py",
+    "tests/test_doctor.py",
+    "postgres",
+    "tests/test_shared_loader.py",
+    "tests/test_autolog.py",
+)
+"""The groups that take longest, longest first (seconds each summed over its tests in a full
+run): handed to the workers first, so that no long group starts last and runs alone."""
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """The worker group of a test: its own ``xdist_group``, its cluster marker, or its file."""
+    own = item.get_closest_marker("xdist_group")
+    if own:
+        return str(own.args[0] if own.args else own.kwargs.get("name", "default"))
+    cluster = next((m for m in CLUSTER_MARKERS if item.get_closest_marker(m)), None)
+    return cluster or item.nodeid.split("::")[0]
+
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``--dist loadgroup`` (``make test``): a test file's tests stay on one worker (its
     module-scoped fixtures are made once), and the tests of each cluster marker run on one
     worker, so two Slurm clusters (whose rendezvous ports derive from job ids that both number
-    from 1) or two PostgreSQL servers never run at once. A test's own ``xdist_group`` wins."""
+    from 1) or two PostgreSQL servers never run at once. A test's own ``xdist_group`` wins. The
+    longest groups come first (:data:`LONGEST_FIRST`; ``make test`` keeps this order with
+    ``--no-loadscope-reorder``)."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
     for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        cluster = next((m for m in CLUSTER_MARKERS if item.get_closest_marker(m)), None)
-        item.add_marker(pytest.mark.xdist_group(cluster or item.nodeid.split("::")[0]))
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    items.sort(key=lambda item: rank.get(xdist_group(item), len(rank)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fail loudly where pytest-xdist did not take the groups (it marks each test's id with its
+    group; pytest-xdist 3.8 cannot under pytest 9.2, whose test ids it no longer sets): every
+    file's module fixtures would be made on each worker and two Slurm clusters would run at once."""
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and session.config.getvalue("loadgroup")):
+        return
+    if session.items and "@" not in session.items[0].nodeid:
+        raise pytest.UsageError(
+            "pytest-xdist did not group the tests (--dist loadgroup): install the versions "
+            "pyproject.toml's test extra names (pip install -e '.[test]')"
+        )

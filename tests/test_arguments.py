@@ -75,7 +75,9 @@ def test_a_wrong_option_or_device_is_one_line_and_rc_2(workspace, args, fragment
 
 @pytest.mark.slow
 def test_a_declared_option_runs_and_an_undeclared_plugin_is_not_checked(workspace):
-    workspace.script("s.py", "print('ran')\n")
+    # 0.3 s: several of top's 0.05 s windows (a command ended within the first window has no
+    # CPU share to give, per core or for the host)
+    workspace.script("s.py", "import time\nprint('ran')\ntime.sleep(0.3)\n")
     done = workspace.run(["-l", "top", "-o", "top.per_core=yes", "--interval", "0.05", "s.py"])
     assert done.returncode == 0, done.stderr
     keys = workspace.only_run().data.metrics

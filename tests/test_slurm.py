@@ -272,7 +272,9 @@ def test_ctrl_c_while_waiting_cancels_the_jobs_and_their_runs_end_killed(ws, slu
             process.kill()
     assert process.returncode == 130, stderr
     assert "cancelling 3 Slurm jobs" in stderr
-    assert slurm.idle()
+    # scancel returns at once; a cancelled job stays COMPLETING until its steps end (KillWait
+    # 5 s). Uncancelled, the 60 s workloads would still be in the queue after 45 s.
+    slurm.wait_idle(timeout_s=45)
     runs = workload_runs(ws)
     assert runs and {r.info.status for r in runs} == {"KILLED"}
     statuses = [t.split()[0] for t in status_block(ws).values()]

@@ -25,6 +25,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 _LIVE: set[ServerProcess] = set()
@@ -225,6 +226,18 @@ class ServerProcess:
                 )
             time.sleep(0.05)
         self.process = None
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop the whole group (SIGSTOP) for the block, then continue it: a server that
+        takes connections (the kernel's backlog) and answers none, as a hung one does."""
+        assert self.process is not None, f"the {self.name} is not running"
+        os.killpg(self.process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGCONT)
 
     def cleanup(self) -> None:
         """Kill the server if it still runs; what a subclass made goes too."""

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from conftest import KeptPoints
 from mlflow.tracking import MlflowClient
 
 from radt.analysis.artifact import Artifact
@@ -453,24 +454,8 @@ def test_sample_batch_columns_missing_values_and_checks():
         SampleBatch([1.0], ["a", "b"], [1.0, 2.0])
 
 
-class _Writer:
-    """A BatchWriter's interface, keeping the points (the recorder's other side)."""
-
-    def __init__(self) -> None:
-        self.points: list = []
-
-    def start(self) -> None:
-        pass
-
-    def put(self, points) -> None:
-        self.points.extend(points)
-
-    def close(self, timeout_s: float) -> int:
-        return 0
-
-
 def test_recorder_keeps_the_order_of_samples_and_batches_it_is_handed(tmp_path):
-    writer = _Writer()
+    writer = KeptPoints()
     recorder = Recorder(SpoolWriter(tmp_path / "spool"), writer, Decimator(1.0, 0.0), print, 60)
     recorder.emit([Sample(1.0, "s/e/a_pct", 1.0), Sample(1.1, "s/e/a_pct", 2.0)])
     recorder.emit(SampleBatch(1.2, ["b/e/x_pct", "b/e/y_pct"], [3.0, 4.0]))

@@ -358,6 +358,55 @@ def test_server_down_at_the_end_then_sync_completes_the_run(on_server, server, t
     assert not folder.exists()
 
 
+# Prints `ready`, then ends when the test creates the file `stop`.
+ENDS_ON_STOP = """
+import time
+from pathlib import Path
+import radt
+radt.log_examples(400)
+print("ready", flush=True)
+while not Path("stop").exists():
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.slow
+def test_a_second_signal_while_the_server_hangs_leaves_the_record_to_sync_with_its_exit_code(
+    on_server, server
+):
+    ws = on_server
+    ws.script("ends.py", ENDS_ON_STOP)
+    radt = Radt(ws.start(["-e", "outage-signals", "-l", "top", "ends.py"]))
+    try:
+        run_id = radt.run_id
+        folder = RunFolder(ws.home / "runs" / run_id)
+        wait_for(lambda: "ready" in radt.out, timeout=120)
+        with server.paused():  # the record cannot be finished before both signals landed
+            (ws.root / "stop").touch()
+            wait_for(lambda: folder.load().status == "FINISHED", timeout=120)  # outcome kept
+            radt.process.send_signal(signal.SIGTERM)
+            radt.wait_said("after the command ended", timeout=60)
+            radt.process.send_signal(signal.SIGTERM)
+            returncode = radt.wait(timeout=120)
+    finally:
+        cleanup(radt, ws)
+    assert returncode == 128 + signal.SIGTERM, radt.stderr()
+    left = radt.said("received SIGTERM again")
+    assert len(left) == 1, radt.stderr()
+    assert left[0].startswith("radt: received SIGTERM again: stopped before the record")
+    assert "`radt sync` will finish it (FINISHED, exit code 0" in left[0]
+    assert not radt.said("FINISHED (exit code 0); "), radt.stderr()  # not finished by radT
+
+    done = ws.run(["sync"])
+    assert done.returncode == 0, done.stderr
+    assert f"run {run_id} synced (FINISHED)" in done.stderr
+    run = ws.client().get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["radt.exit_code"] == "0"
+    assert "radt.stop_reason" not in run.data.tags
+    assert run.data.metrics.get("examples") == 400, sorted(run.data.metrics)
+
+
 @pytest.mark.slow
 def test_radt_killed_mid_run_sync_adopts_the_orphan(workspace, tmp_path):
     workspace.env["RADT_WARM"] = "0"  # radT's own process records: the one this test kills

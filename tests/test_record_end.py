@@ -6,15 +6,26 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import subprocess
 import time
+import uuid
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import Workspace, kill_quietly, pid_alive, wait_for
+from conftest import KeptPoints, Workspace, kill_quietly, pid_alive, wait_for
 
 from radt.analysis.summary import summary
 from radt.analysis.windows import cpu_between
+from radt.launch.session import RecordedRun, RunParts
+from radt.listener import Sample
+from radt.record.decimate import Decimator
+from radt.record.events import EventReceiver
+from radt.record.phases import PhaseWriter, read_phase_stream
+from radt.record.recorder import Recorder
+from radt.record.runfolder import RunFolder, RunState
+from radt.record.spool import SpoolWriter, read_spool
 
 FOUR_HUNDRED = """
 import os
@@ -69,36 +80,45 @@ def test_a_signal_after_the_command_ended_does_not_stop_the_record(
     assert not (workspace.home / "runs" / run.info.run_id).exists()
 
 
-@pytest.mark.slow
-def test_a_second_signal_leaves_the_record_to_sync_which_knows_the_exit_code(
-    workspace: Workspace,
-):
-    radt, _ = _start_after_done(workspace)
-    try:
-        radt.send_signal(signal.SIGTERM)
-        said = []
-        while "after the command ended" not in (line := radt.stderr.readline()):
-            assert line, "".join(said)
-            said.append(line)
-        radt.send_signal(signal.SIGTERM)
-        _, err = radt.communicate(timeout=120)
-    finally:
-        kill_quietly(radt.pid)
-    assert radt.returncode == 128 + signal.SIGTERM, err
-    left = [line for line in err.splitlines() if "again" in line]
-    assert len(left) == 1, err
-    assert left[0].startswith("radt: received SIGTERM again: stopped before the record"), err
-    assert "`radt sync` will finish it (FINISHED, exit code 0" in left[0]
-    run_id = workspace.only_run().info.run_id
-    assert (workspace.home / "runs" / run_id).is_dir()
-
-    done = workspace.run(["sync"])
-    assert done.returncode == 0, done.stderr
-    assert f"run {run_id} synced (FINISHED)" in done.stderr
-    run = workspace.client().get_run(run_id)
-    assert run.info.status == "FINISHED"
-    assert run.data.tags["radt.exit_code"] == "0"
-    assert "radt.stop_reason" not in run.data.tags
+def test_leaving_keeps_every_received_sample_and_record_and_waits_for_the_last_flush(tmp_path):
+    # radT leaving on a second signal (`radt sync` finishes the record) keeps what it took
+    # in: samples not yet flushed, records still queued on the run-API channel, phase
+    # intervals held in memory; a handler that interrupted the taking in of the last records
+    # lets it end first.
+    folder = RunFolder(tmp_path / "run")
+    recorder = Recorder(SpoolWriter(folder.spool), KeptPoints(), Decimator(1.0, 0.0), print, 600)
+    recorder.start()
+    warnings: list[str] = []
+    phases = PhaseWriter(folder.path, warnings.append)
+    events = EventReceiver(f"test-{uuid.uuid4().hex}", recorder.emit, warnings.append, phases)
+    state = RunState("r", "0", "sqlite:///x", os.getpid(), 100.0, 1.0)
+    run = RecordedRun(RunParts(None, SimpleNamespace(run_id="r"), state, folder, recorder, events))
+    recorder.emit([Sample(100.5, "top/proc/cpu_pct", 50.0)])
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as script:
+        script.sendto(
+            b"radt1 10 100.6 examples 400\nradt1 10 100.5 phase 100.7 forward\n",
+            "\0" + events.variable[1:],
+        )
+    ended: list[int] = []
+    with run._taking_in_last():  # the handler came while radT took in the last records
+        run.leave(lambda: ended.append(len(read_spool(folder.spool)[0])))
+        assert ended == []
+        recorder.emit([Sample(100.8, "top/proc/cpu_pct", 60.0)])
+    assert ended == [3]  # both samples and the examples, spooled before radT ends
+    table, problems = read_spool(folder.spool)
+    assert problems == []
+    assert sorted(
+        zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True)
+    ) == [
+        ("script/run/examples", 400.0),
+        ("top/proc/cpu_pct", 50.0),
+        ("top/proc/cpu_pct", 60.0),
+    ]
+    batches, problem = read_phase_stream(folder.path / "phases" / "phases.arrows")
+    assert problem is None and sum(batch.num_rows for batch in batches) == 1
+    assert recorder.writer.points == []  # nothing was decimated for sending: sync does that
+    events.close()
+    recorder.stop()
 
 
 @pytest.mark.slow

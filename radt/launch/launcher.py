@@ -263,15 +263,20 @@ def _supervise(options: LaunchOptions, argv: list[str], uri: str, original_env, 
 
 
 def _leave_to_sync(run: RecordedRun, child: Child, signum: int) -> None:
-    """A second signal while the record is finished: end radT now, the run folder kept."""
+    """A second signal while the record is finished: end radT now, with every sample it
+    received kept in the run folder."""
     child.signal_group(signal.SIGKILL)  # whatever the command left running
-    state = run.state
-    log.info(
-        f"received {signal.Signals(signum).name} again: stopped before the record of run "
-        f"{run.run_id} was finished; `radt sync` will finish it ({state.status}, exit code "
-        f"{state.exit_code}, kept in {run.folder.path})"
-    )
-    os._exit(128 + signum)
+
+    def end() -> None:
+        state = run.state
+        log.info(
+            f"received {signal.Signals(signum).name} again: stopped before the record of run "
+            f"{run.run_id} was finished; `radt sync` will finish it ({state.status}, exit "
+            f"code {state.exit_code}, kept in {run.folder.path})"
+        )
+        os._exit(128 + signum)
+
+    run.leave(end)
 
 
 def _end(run: RecordedRun, child: Child, status: str, exit_code, options: LaunchOptions) -> None:

@@ -172,6 +172,8 @@ class RecordedRun:
         self._sampling = threading.Lock()
         self._environment: threading.Thread | None = None
         self.command_start_s: float | None = None
+        self._taking_in = False
+        self._leave_then: Callable[[], None] | None = None
 
     @property
     def output_log(self) -> Path:
@@ -287,13 +289,16 @@ class RecordedRun:
         self.keep_outcome(status, exit_code, ended_s)
         self.stop_sampling()
         if self.events is not None:
-            self.events.close()  # every record the command sent, before the recorder closes
+            with self._taking_in_last():
+                self.events.close()  # every record the command sent, before the recorder stops
             if self.events.source:
                 self.state.tags[RADT_EXAMPLES_SOURCE] = self.events.source
         self._collect()
         if self._environment is not None:
             self._environment.join(timeout=60)
         state = self.state
+        with self._taking_in_last():
+            self.recorder.stop()
         unsent = self.recorder.close(send_timeout_s)
         if unsent == 0 and "metrics" in state.pending:
             state.pending.remove("metrics")
@@ -302,6 +307,33 @@ class RecordedRun:
             return finish(self.client, self.folder, self.warn, state, summarize=summarize)
         finally:
             self.folder.unlock()  # what is left is `radt sync`'s now
+
+    def leave(self, end: Callable[[], None]) -> None:
+        """Keep every sample and record radT has received in the run folder, then call
+        ``end``, which ends radT and leaves the record to ``radt sync``.
+
+        For a signal handler: where it interrupted radT taking in the last records (the
+        run-API channel's, the recorder's last flush), ``end`` is called as soon as that is
+        done, so nothing taken in half is lost.
+        """
+        if self._taking_in:
+            self._leave_then = end
+            return
+        if self.events is not None:
+            self.events.keep_received()
+        self.recorder.keep_received()
+        end()
+
+    @contextlib.contextmanager
+    def _taking_in_last(self):
+        """A block that takes in the last records, which :meth:`leave` lets end first."""
+        self._taking_in = True
+        try:
+            yield
+        finally:
+            self._taking_in = False
+            if self._leave_then is not None:
+                self.leave(self._leave_then)
 
     def _attach(self, path: Path, artifact_dir: str) -> None:
         target = self.folder.attachments / artifact_dir

@@ -117,19 +117,36 @@ class EventReceiver:
     def drain(self) -> None:
         """Turn every queued datagram into samples, without waiting."""
         with self._lock:
-            samples: list[Sample] = []
-            while True:
-                try:
-                    data = self.sock.recv(MAX_DATAGRAM_B)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:
-                    break
-                self._parse(data, samples)
-            if samples:
-                self.emit(samples)
+            self._take_queued()
             if self.phases is not None:
                 self.phases.tick()
+
+    def keep_received(self, timeout_s: float = 10.0) -> None:
+        """Take every queued record and write every phase interval held in memory, now: for
+        a radT about to end before its record is finished (``radt sync`` finishes it).
+
+        Waits for a drain in progress in another thread, ``timeout_s`` at most; safe after
+        :meth:`close`. Never call it from a thread that is draining.
+        """
+        if not self._lock.acquire(timeout=timeout_s):
+            return
+        try:
+            self._take_queued()
+            if self.phases is not None:
+                self.phases.flush()
+        finally:
+            self._lock.release()
+
+    def _take_queued(self) -> None:
+        samples: list[Sample] = []
+        while True:
+            try:
+                data = self.sock.recv(MAX_DATAGRAM_B)
+            except OSError:  # nothing queued (BlockingIOError), or the socket is closed
+                break
+            self._parse(data, samples)
+        if samples:
+            self.emit(samples)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -42,7 +42,11 @@ class Recorder:
         self.unspooled: pa.Table | None = None
         """Samples the spool could not take yet (a full disk), the latest ``MAX_UNSPOOLED``."""
         self._buffer: list[list[Sample] | pa.Table] = []
-        self._lock = threading.Lock()
+        # re-entrant: a signal handler may keep the received samples (keep_received) while
+        # the thread it interrupted is in emit
+        self._lock = threading.RLock()
+        self._spooling = threading.Lock()
+        """Held by the one thread that writes the spool."""
         self._stop = threading.Event()
         self._spool_failed = False
         self._reported: set[str] = set()
@@ -66,8 +70,11 @@ class Recorder:
         self.writer.start()
         self._thread.start()
 
-    def close(self, send_timeout_s: float) -> int:
-        """Flush everything; return how many decimated points MLflow did not take."""
+    def stop(self) -> None:
+        """Spool every sample received and close the spool; the last decimated points are
+        queued for MLflow. Safe twice; :meth:`close` sends them."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._thread.join()
         self._flush()
@@ -80,21 +87,36 @@ class Recorder:
             self.warn(
                 f"{count(self.unspooled.num_rows, 'sample')} could not be written to the spool"
             )
+
+    def close(self, send_timeout_s: float) -> int:
+        """Flush everything (:meth:`stop`); return how many decimated points MLflow did not
+        take within ``send_timeout_s``."""
+        self.stop()
         return self.writer.close(send_timeout_s)
+
+    def keep_received(self, timeout_s: float = 10.0) -> None:
+        """Spool every sample received so far, sending none: for a radT about to end before
+        its record is finished (``radt sync`` sends them from the spool).
+
+        Waits for a flush in progress in another thread, ``timeout_s`` at most. Never call
+        it from a thread that is flushing.
+        """
+        if not self._spooling.acquire(timeout=timeout_s):
+            return
+        try:
+            self._spool_received()
+        finally:
+            self._spooling.release()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.flush_s):
             self._flush()
 
     def _flush(self) -> None:
-        with self._lock:
-            pieces, self._buffer = self._buffer, []
-        tables = [as_table(piece) for piece in pieces if len(piece)]
-        if not tables:
+        with self._spooling:
+            batch = self._spool_received()
+        if batch is None:
             return
-        batch = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        self.received += batch.num_rows
-        self._spool(batch)
         self.writer.put(self.decimator.add(batch))
         for key in self.decimator.rejected.keys() - self._reported:
             self._reported.add(key)
@@ -102,6 +124,19 @@ class Recorder:
                 f"metric {key!r} {self.decimator.rejected[key]}: it stays in "
                 "radt/samples.parquet but is not sent to MLflow's metrics"
             )
+
+    def _spool_received(self) -> pa.Table | None:
+        """Spool what was emitted since the last time and return it (None: nothing);
+        the caller holds ``_spooling``."""
+        with self._lock:
+            pieces, self._buffer = self._buffer, []
+        tables = [as_table(piece) for piece in pieces if len(piece)]
+        if not tables:
+            return None
+        batch = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        self.received += batch.num_rows
+        self._spool(batch)
+        return batch
 
     def _spool(self, batch: pa.Table) -> None:
         pending = batch if self.unspooled is None else pa.concat_tables([self.unspooled, batch])

@@ -205,11 +205,14 @@ def connect(uri: str):
     quiet_mlflow_logs()
     from mlflow.tracking import MlflowClient
 
+    from radt.interrupts import hold_during_transactions
+
     database = sqlite_path(uri)
     existed = database is not None and os.path.isfile(database)
     try:
         with store_lock(uri):
             client = MlflowClient(tracking_uri=uri)
+            hold_during_transactions(client)
             client.search_experiments(max_results=1)
     except Exception as exc:
         if "nsupported URI" in str(exc) or "nsupported scheme" in str(exc):

@@ -145,6 +145,7 @@ HELPERS = (
     "radt.gpus",
     "radt.console",
     "radt.tracking",
+    "radt.interrupts",
     "radt.quantities",
 )
 """The helpers at the bottom: each imports only other helpers."""

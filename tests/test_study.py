@@ -605,10 +605,10 @@ def test_batch_search_finds_each_slots_limit_and_probes_nothing_twice(tmp_path, 
     try:  # interrupt the search of the first slot once three probes are recorded
         wait_for(lambda: len(outcomes(ws)) >= 3, timeout=240)
         radt.send_signal(signal.SIGINT)
-        radt.communicate(timeout=120)
+        _out, err = radt.communicate(timeout=120)
     finally:
         radt.kill()
-    assert radt.returncode == 130
+    assert radt.returncode == 130, err
     assert len(outcomes(ws)) == 3  # the fourth probe was cut short: not recorded
     ws.env["SLEEP"] = "0"
     done = ws.run(["study.yaml"], timeout=600)

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from _common import (
@@ -85,7 +86,10 @@ def group_start(root: Path, env: dict[str, str], name: str) -> list[tuple[float,
         )
         for rank in (0, 1)
     ]
-    return [_timed(proc, began) for proc in procs]
+    # each node's output read as it comes: reading one to its end first would time the
+    # other's first line when it is read, not when it was printed
+    with ThreadPoolExecutor(len(procs)) as pool:
+        return list(pool.map(lambda proc: _timed(proc, began), procs))
 
 
 def startup(args, root: Path) -> tuple[str, list[list[object]]]:

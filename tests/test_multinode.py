@@ -137,6 +137,12 @@ def scaled(tmp_path_factory, template_db):
     return ws, base
 
 
+def test_a_node_looks_again_soon_at_first_and_at_most_twice_a_second_later():
+    assert [group.pause_s(looks) for looks in range(6)] == [0.05, 0.1, 0.2, 0.4, 0.5, 0.5]
+    assert group.pause_s(10_000) == group.POLL_S == 0.5
+    assert group.pause_s(10_000, 2.0) == 2.0  # the node that ends last: every 2 s at most
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("order", ["rank 0 first", "rank 1 first"])
 def test_two_nodes_started_one_after_the_other_make_one_job_run(workspace, tmp_path, order):
@@ -619,8 +625,9 @@ def test_under_nsys_each_nodes_report_is_its_node_runs_artifact(workspace):
 
 @pytest.mark.slow
 def test_ctrl_c_stops_a_study_of_nodes_2_and_its_workload_runs_again(workspace, tmp_path):
-    """Ctrl-C (SIGINT to the terminal's process group) reaches the study's radT and both local
-    nodes: every record ends, the workload is KILLED in the study file (so it runs again)."""
+    """Ctrl-C (SIGINT to the terminal's process group) reaches the study's radT, through the
+    warm launcher or not, and from it both local nodes: every record ends, the workload is KILLED
+    in the study file (so it runs again)."""
     import os
 
     import yaml

@@ -60,6 +60,9 @@ NOTE_TAG = RADT_NOTE
 WAIT_S = 120.0
 """How long a node of rank > 0 waits for the job run by default (``RADT_GROUP_WAIT_S``)."""
 POLL_S = 0.5
+"""The longest pause between two looks for the job run (the first looks come sooner:
+:func:`pause_s`)."""
+FIRST_POLL_S = 0.05
 REMIND_S = 30.0
 """How often the node that ends last repeats that it still waits for a rank (it says so once
 when it starts waiting)."""
@@ -221,6 +224,13 @@ def create_job_run(
         raise store_error(uri, exc, "create the job run") from exc
 
 
+def pause_s(looks: int, longest_s: float = POLL_S) -> float:
+    """The pause after the ``looks``-th look (from 0) for something another node makes:
+    ``FIRST_POLL_S``, doubling up to ``longest_s``, so that what comes at once is seen at once
+    and a long wait asks the store twice a second at most."""
+    return min(longest_s, FIRST_POLL_S * 2 ** min(looks, 16))
+
+
 def find_job_run(
     client, uri: str, experiment_id: str, group: Group, wait_s: float | None = None
 ) -> str:
@@ -229,6 +239,7 @@ def find_job_run(
     if wait_s is None:
         wait_s = group_wait_s()
     deadline = time.monotonic() + wait_s
+    looks = 0
     while True:
         try:
             candidates = client.search_runs(
@@ -249,7 +260,8 @@ def find_job_run(
                 f"{group.name} within {wait_s:g} s; start the node of rank 0 too, with the same "
                 "--group (or RADT_GROUP) and experiment, or raise RADT_GROUP_WAIT_S"
             )
-        time.sleep(POLL_S)
+        time.sleep(pause_s(looks))
+        looks += 1
 
 
 def end_job_run(
@@ -265,6 +277,7 @@ def end_job_run(
     """
     deadline = time.monotonic() + wait_s
     said_at: float | None = None
+    looks = 0
     try:
         while True:
             job = client.get_run(job_run_id)
@@ -298,7 +311,8 @@ def end_job_run(
                     )
                 said_at = now
             try:
-                time.sleep(min(POLL_S * 4, max(deadline - time.monotonic(), 0.0)))
+                time.sleep(min(pause_s(looks, POLL_S * 4), max(deadline - time.monotonic(), 0.0)))
+                looks += 1
             except KeyboardInterrupt:
                 deadline = 0.0
         bad = sorted(

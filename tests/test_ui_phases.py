@@ -43,6 +43,34 @@ def phased_ui(tmp_path_factory, template_db) -> Iterator[str]:
         yield url
 
 
+CHART = "(() => document.querySelector('#ts-graph .js-plotly-plot'))()"
+ZOOM = (
+    "shift => { const gd = " + CHART + ";"
+    " const x0 = gd.data.filter(t => t.name.includes('· forward'))[0].x[0];"
+    " return Plotly.relayout(gd, {'xaxis.range[0]': x0 - 0.001 - shift,"
+    " 'xaxis.range[1]': x0 + 0.08});"
+    " }"
+)
+AXIS = "JSON.stringify([" + CHART + ".layout.xaxis, " + CHART + ".layout.uirevision])"
+
+
+def zoom_in(page) -> None:  # noqa: F811 - a fixture's value
+    """Zoom the time axis into two steps and wait until the page draws that window. A zoom the page
+    has not followed after 30 s is made again, a hair wider (three tries): in one CI run of two
+    workers on two cores the page never followed the first (the cause is not known: a redraw of
+    the same figure keeps a zoom, checked). The failure shows the chart's axis after each try."""
+    seen = []
+    for attempt in range(3):
+        page.evaluate(ZOOM, attempt * 1e-4)  # a zoom that equals the last one sends nothing
+        try:
+            wait_for(lambda: "zoomed in" in page.inner_text("#ts-info"), timeout=30)
+            return
+        except AssertionError:
+            seen.append(page.evaluate(AXIS))
+    info = page.inner_text("#ts-info")
+    raise AssertionError(f"the page did not draw the zoomed window: axis {seen}; {info!r}")
+
+
 LANES = "gd.layout[Object.keys(gd.layout).filter(k => k.startsWith('yaxis')).sort().pop()]"
 
 
@@ -64,13 +92,7 @@ def test_phase_lanes_under_the_series_and_single_intervals_when_zoomed(page, pha
         lambda: page.evaluate("document.querySelector('[data-dash-is-loading=\"true\"]') === null"),
         timeout=60,
     )
-    page.evaluate(
-        "(() => { const gd = document.querySelector('#ts-graph .js-plotly-plot');"
-        " const x0 = gd.data.filter(t => t.name.includes('· forward'))[0].x[0];"
-        " return Plotly.relayout(gd, {'xaxis.range[0]': x0 - 0.001, 'xaxis.range[1]': x0 + 0.08});"
-        " })()"
-    )
-    wait_text(page, "#ts-info", "zoomed in")
+    zoom_in(page)
     info = page.inner_text("#ts-info")
     found = re.search(r"Phases: ([\d,]+) intervals? in view as ([\d,]+) bands?", info)
     assert found, info

@@ -278,7 +278,7 @@ def test_a_lightning_trainer_is_counted_by_its_callback(workspace, how):
 
 
 DDP = """
-import os, torch, torch.distributed as dist
+import gc, os, torch, torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
 dist.init_process_group("gloo")
@@ -297,6 +297,8 @@ for xb, yb in loader:
 dist.all_reduce(seen)
 if rank == 0:
     print(f"counted {int(seen.item())}", flush=True)
+del model, opt  # DDP's reducer freed before the group, not at finalization (examples/ddp_train.py)
+gc.collect()
 dist.destroy_process_group()
 """
 

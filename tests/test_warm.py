@@ -52,6 +52,14 @@ def server_of(env: dict[str, str], timeout_s: float = 180) -> tuple[Path, int]:
     raise AssertionError(f"no warm launcher listened in {folder} within {timeout_s} s")
 
 
+def warm_up(ws, env: dict[str, str], name: str = "warm-up") -> tuple[Path, int]:
+    """A trivial run that starts the test's warm launcher (it runs here itself); the launcher's
+    socket and pid once it listens."""
+    made = ws.run(["-l", "none", "-n", name, "--", "python", "-c", "pass"], env=env)
+    assert made.returncode == 0, made.stderr
+    return server_of(env)
+
+
 @contextlib.contextmanager
 def ended(env: dict[str, str]):
     """End the test's warm launcher (by its pid) whatever the test did."""
@@ -107,8 +115,7 @@ def test_the_callers_signal_stops_its_run_and_a_gone_warm_launcher_is_not_needed
     ws.script("sleepy.py", "import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
     env = warm_env(ws, tmp_path)
     with ended(env):
-        ws.run(["-l", "none", "--", "python", "-c", "pass"], env=env)
-        _, server = server_of(env)
+        _, server = warm_up(ws, env)
         ws.env = env
         proc = ws.start(["-l", "none", "--", "python", "sleepy.py"])
         assert proc.stdout.readline().strip() == "ready"
@@ -129,8 +136,7 @@ def test_a_signal_the_caller_ignores_is_ignored_by_its_run(workspace, tmp_path):
     ws.script("sleepy.py", "import time\nprint('ready', flush=True)\ntime.sleep(3)\n")
     env = warm_env(ws, tmp_path)
     with ended(env):
-        ws.run(["-l", "none", "--", "python", "-c", "pass"], env=env)
-        server_of(env)
+        warm_up(ws, env)
 
         def nohup() -> None:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -186,9 +192,7 @@ def test_a_caller_that_redirected_the_streams_runs_the_command_itself(workspace,
     ws = workspace
     env = warm_env(ws, tmp_path)
     with ended(env):
-        made = ws.run(["-l", "none", "--", "python", "-c", "pass"], env=env)
-        assert made.returncode == 0, made.stderr
-        server_of(env)
+        warm_up(ws, env)
         done = subprocess.run(
             [sys.executable, "-c", IN_PROCESS],
             cwd=ws.root,
@@ -312,9 +316,7 @@ def test_the_looks_sync_and_doctor_go_through_the_warm_launcher(workspace, tmp_p
     ws = workspace
     env = warm_env(ws, tmp_path)
     with ended(env):
-        made = ws.run(["-l", "none", "-n", "looked-at", "--", "python", "-c", "pass"], env=env)
-        assert made.returncode == 0, made.stderr
-        server_of(env)
+        warm_up(ws, env, "looked-at")
         cold = {**ws.env, "RADT_WARM": "0"}
         looks = (
             ["runs", "-e", "Default"],

@@ -32,6 +32,7 @@ def main() -> int:
     from mlflow.tracking import MlflowClient
 
     from radt.interrupts import hold_during_transactions
+    from radt.tracking import client_store
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda number, _frame: None)  # Python handlers, as radT has
@@ -41,7 +42,7 @@ def main() -> int:
         for i, name in enumerate(CONDITIONS):
             client = MlflowClient(sqlite_store(folder / f"store{i}"))
             if name == "held (radT)":
-                hold_during_transactions(client)
+                hold_during_transactions(client_store(client))
             clients[name] = client
             runs[name] = client.create_run("0").info.run_id
         for round_no, name in rotated(CONDITIONS, args.rounds):

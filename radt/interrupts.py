@@ -44,11 +44,10 @@ def held() -> Iterator[None]:
             handlers[signum](signum, None)
 
 
-def hold_during_transactions(client) -> None:
-    """Make each database transaction of the store behind ``client`` (an ``MlflowClient``) run
-    :func:`held`; a store without MLflow's SQLAlchemy sessions (a server, files) is left as
-    it is. Safe twice: MLflow keeps one store per URI."""
-    store = getattr(getattr(client, "_tracking_client", None), "store", None)
+def hold_during_transactions(store) -> None:
+    """Make each database transaction of ``store`` (an ``MlflowClient``'s tracking store:
+    :func:`radt.tracking.client_store`) run :func:`held`; a store without MLflow's SQLAlchemy
+    sessions (a server, files) is left as it is. Safe twice: MLflow keeps one store per URI."""
     sessions = getattr(store, "ManagedSessionMaker", None)
     if sessions is None or getattr(sessions, _WRAPPED, False):
         return

@@ -195,6 +195,12 @@ def store_lock(uri: str) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def client_store(client):
+    """The tracking store behind an ``MlflowClient`` (MLflow's private attribute, read here
+    only), or None."""
+    return getattr(getattr(client, "_tracking_client", None), "store", None)
+
+
 def connect(uri: str):
     """Return an ``MlflowClient`` for ``uri`` once the store answers.
 
@@ -212,7 +218,7 @@ def connect(uri: str):
     try:
         with store_lock(uri):
             client = MlflowClient(tracking_uri=uri)
-            hold_during_transactions(client)
+            hold_during_transactions(client_store(client))
             client.search_experiments(max_results=1)
     except Exception as exc:
         if "nsupported URI" in str(exc) or "nsupported scheme" in str(exc):

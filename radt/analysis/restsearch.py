@@ -22,7 +22,9 @@ def rest_store(client) -> Any | None:
     (a database, a file store, a subclass of MLflow's REST store)."""
     from mlflow.store.tracking.rest_store import RestStore
 
-    store = getattr(getattr(client, "_tracking_client", None), "store", None)
+    from radt.tracking import client_store
+
+    store = client_store(client)
     return store if type(store) is RestStore else None
 
 

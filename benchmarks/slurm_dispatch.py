@@ -9,7 +9,11 @@ slurmctld, slurmd, ``--gpus`` fake GPUs as GRES) and measures two things.
 **Dispatch overhead** (``--repeats`` rounds, one after the other): ``sbatch --wrap
 "python -m radt -l top --interval 0.1 sleeper.py 2"`` from the moment sbatch is called
 to the timestamp of the run's first sample in MLflow, split into sbatch → job start
-(``scontrol``'s ``StartTime``, whole seconds), → run created and → first sample.
+(``scontrol``'s ``StartTime``, whole seconds), → run created and → first sample. Each
+round runs one job per store, interleaved: the SQLite store, and with ``--server`` an
+``mlflow server`` (SQLite behind it) through radT's light path (``radt.restclient``: the
+run made over REST, MLflow imported once the command runs) and through MLflow's client
+(``RADT_LIGHT=0``, radT before the light path), side by side.
 
 **Makespan**: a plan of ``--workloads`` workloads (each ``sleeper.py --seconds S`` on
 ``Devices`` 0, so each job asks for ``gpu:1``) run with ``radt plan.csv --slurm``, from
@@ -20,6 +24,7 @@ workload run locally by ``radt one.csv`` (its mean over ``--repeats`` rounds), K
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -53,6 +58,7 @@ def first_sample_s(client, run_id: str) -> float | None:
 
 def dispatch_round(folder: Path, env: dict[str, str], client) -> tuple[float, float, float]:
     """(sbatch → job start, → run created, → first sample) in seconds, for one job."""
+    env = {**env, "MLFLOW_TRACKING_URI": client.tracking_uri}
     before = {r.info.run_id for r in client.search_runs(["0"])}
     radt = f"{python_bin()} -m radt -l top --interval 0.1 sleeper.py --seconds 2"
     called = time.time()
@@ -95,16 +101,35 @@ def main() -> int:
     parser.add_argument("--workloads", type=int, default=8, help="N (default 8)")
     parser.add_argument("--gpus", type=int, default=2, help="K fake GPUs (default 2)")
     parser.add_argument("--seconds", type=float, default=10, help="each workload's sleep")
+    parser.add_argument(
+        "--server", action="store_true", help="also dispatch to an mlflow server, light and not"
+    )
+    parser.add_argument("--no-makespan", action="store_true", help="measure the dispatch only")
     args = parser.parse_args()
-    with scratch("slurm", keep=args.keep) as folder, SlurmCluster(gpus=args.gpus) as slurm:
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(scratch("slurm", keep=args.keep))
+        slurm = stack.enter_context(SlurmCluster(gpus=args.gpus))
         uri = sqlite_store(folder / "store")
         env = {**base_env(folder, uri), **slurm.client_env()}
         env = {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
         (folder / "sleeper.py").write_text(SLEEPER)
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(uri)
-        rounds = [dispatch_round(folder, env, client) for _ in range(args.repeats)]
+        stores = {"SQLite store": (MlflowClient(uri), {})}
+        if args.server:
+            from mlflow_server import MlflowServer
+
+            server = stack.enter_context(MlflowServer(folder / "server"))
+            on_server = MlflowClient(server.uri)
+            stores["mlflow server, light path"] = (on_server, {"RADT_LIGHT": "1"})
+            stores["mlflow server, RADT_LIGHT=0"] = (on_server, {"RADT_LIGHT": "0"})
+        dispatched: dict[str, list[tuple[float, float, float]]] = {name: [] for name in stores}
+        for _ in range(args.repeats):
+            for name, (client, extra) in stores.items():
+                dispatched[name].append(dispatch_round(folder, {**env, **extra}, client))
+        if args.no_makespan:
+            print(dispatch_table(args, dispatched))
+            return 0
         row = f"bench, w{{i}}, , , 0, none, sleeper.py, none, --seconds {args.seconds:g}\n"
         (folder / "one.csv").write_text(COLUMNS + row.format(i=0))
         radt = [python_bin(), "-m", "radt"]
@@ -116,30 +141,56 @@ def main() -> int:
         (folder / "plan.csv").write_text(plan)
         makespan = wall_s([*radt, "plan.csv", "--slurm"], folder, env)
     ideal = args.workloads / args.gpus * median(own)
-    notes = (
-        f"Measured on this loaded shared machine (other work ran beside it). Dispatch: "
-        f"{args.repeats} jobs one after the other (median, min–max). Makespan: N="
-        f"{args.workloads} workloads of `sleep {args.seconds:g}` on K={args.gpus} fake GPUs, "
-        "`radt plan.csv --slurm` from start to exit, against N/K × the same workload's own "
-        f"time under `radt one.csv` (median of {args.repeats})."
-    )
-    pieces = list(zip(*rounds, strict=True))
-    table_rows = [
-        [name, f"{median(values):.2f}", spread(values, ".2f")]
-        for name, values in zip(
-            ("sbatch → job start (s)", "sbatch → run created (s)", "sbatch → first sample (s)"),
-            pieces,
-            strict=True,
-        )
-    ]
-    table_rows += [
+    rows = dispatch_rows(dispatched)
+    rows += [
         ["workload's own time under radT (s)", f"{median(own):.1f}", spread(own, ".1f")],
         [f"N/K × own time (s), N={args.workloads}, K={args.gpus}", f"{ideal:.1f}", "–"],
         ["makespan with --slurm (s)", f"{makespan:.1f}", "–"],
         ["makespan / (N/K × own)", f"{makespan / ideal:.2f}", "–"],
     ]
-    print(results("Slurm dispatch and makespan", notes, ["figure", "median", "range"], table_rows))
+    notes = (
+        f"{dispatch_notes(args)} Makespan (SQLite store): N={args.workloads} workloads of "
+        f"`sleep {args.seconds:g}` on K={args.gpus} fake GPUs, `radt plan.csv --slurm` from "
+        "start to exit, against N/K × the same workload's own time under `radt one.csv` "
+        f"(median of {args.repeats})."
+    )
+    print(results("Slurm dispatch and makespan", notes, ["figure", "median", "range"], rows))
     return 0
+
+
+def dispatch_notes(args) -> str:
+    return (
+        f"Dispatch: {args.repeats} rounds, each one job per store one after the other "
+        "(median, min–max)."
+    )
+
+
+def dispatch_rows(dispatched: dict[str, list[tuple[float, float, float]]]) -> list[list[str]]:
+    """Three rows per store (→ job start, → run created, → first sample), then, with a
+    server, the light path's first sample against ``RADT_LIGHT=0``'s as a ratio."""
+    rows = []
+    for store, rounds in dispatched.items():
+        pieces = zip(*rounds, strict=True)
+        names = ("sbatch → job start (s)", "sbatch → run created (s)", "sbatch → first sample (s)")
+        for name, values in zip(names, pieces, strict=True):
+            rows.append([f"{store}: {name}", f"{median(values):.2f}", spread(values, ".2f")])
+    light, heavy = (
+        dispatched.get("mlflow server, light path"),
+        dispatched.get("mlflow server, RADT_LIGHT=0"),
+    )
+    if light and heavy:
+        ratio = median([r[2] for r in heavy]) / median([r[2] for r in light])
+        rows.append(["first sample, RADT_LIGHT=0 / light path", f"{ratio:.2f}", "–"])
+    return rows
+
+
+def dispatch_table(args, dispatched) -> str:
+    return results(
+        "Slurm dispatch",
+        dispatch_notes(args),
+        ["figure", "median", "range"],
+        dispatch_rows(dispatched),
+    )
 
 
 if __name__ == "__main__":

@@ -201,14 +201,27 @@ def client_store(client):
     return getattr(getattr(client, "_tracking_client", None), "store", None)
 
 
-def connect(uri: str):
+def connect(uri: str, light: bool = False):
     """Return an ``MlflowClient`` for ``uri`` once the store answers.
 
-    A SQLite store is made (or upgraded) by one process at a time (:func:`store_lock`).
-    Raises TrackingUnreachable with what to do when the store does not answer, and a
-    RadtError when a SQLite store cannot be made or opened.
+    With ``light``, a tracking server's client is a :class:`radt.restclient.LightClient`
+    where its light path applies: the calls in front of a command made before MLflow is
+    imported. A SQLite store is made (or upgraded) by one process at a time
+    (:func:`store_lock`). Raises TrackingUnreachable with what to do when the store does not
+    answer, and a RadtError when a SQLite store cannot be made or opened.
     """
     quiet_mlflow_logs()
+    if light:
+        from radt import restclient
+
+        if restclient.applies(uri):
+            client = restclient.LightClient(uri)
+            try:
+                client.search_experiments(max_results=1)
+            except Exception:
+                pass  # MLflow's own client below says why, as without the light path
+            else:
+                return client
     from mlflow.tracking import MlflowClient
 
     from radt.interrupts import hold_during_transactions

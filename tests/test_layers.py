@@ -145,6 +145,7 @@ HELPERS = (
     "radt.gpus",
     "radt.console",
     "radt.tracking",
+    "radt.restclient",
     "radt.interrupts",
     "radt.quantities",
 )

@@ -19,6 +19,7 @@ from radt.launch.registry import check_options, select
 from radt.launch.session import RecordedRun, start_run
 from radt.launch.supervise import Supervisor, ended
 from radt.listener import Listener
+from radt.restclient import LightClient
 from radt.tags import (
     MLFLOW_SOURCE_NAME,
     MLFLOW_SOURCE_TYPE,
@@ -74,8 +75,10 @@ class LaunchOptions:
     """``--group``: the distributed training this command is one node of (radt.launch.group)."""
 
 
-def open_store(explicit_uri: str | None):
-    """Resolve the tracking URI, connect, and name the store in one line.
+def open_store(explicit_uri: str | None, light: bool = False):
+    """Resolve the tracking URI, connect, and name the store in one line; with ``light``, a
+    tracking server's client may make the calls before the command without MLflow
+    (:func:`radt.tracking.connect`).
 
     Returns ``(client, uri, environment before radT changed it)``.
     """
@@ -88,7 +91,7 @@ def open_store(explicit_uri: str | None):
     prepare_process_env()
     database = sqlite_path(uri)
     new = database is not None and not database.exists()
-    client = connect(uri)
+    client = connect(uri, light)
     store = f"{store_label(uri)}{' (new)' if new else ''}"
     if embedded:
         log.info(f"MLFLOW_TRACKING_URI is not set; using the embedded store {store}")
@@ -159,7 +162,7 @@ def launch(options: LaunchOptions) -> int:
     argv = resolve_argv(options.command)
     listeners = select(options.listeners, options=options.listener_options)
     check_options(options.listener_options, [listener.name for listener in listeners])
-    client, uri, original_env = open_store(options.tracking_uri)
+    client, uri, original_env = open_store(options.tracking_uri, light=True)
     exp_id = experiment_id(client, options.experiment)
     experiment = experiment_label(client, exp_id)
     tags = {
@@ -238,6 +241,8 @@ def _supervise(options: LaunchOptions, argv: list[str], uri: str, original_env, 
             except OSError as exc:
                 raise RadtError(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
             run.start_listeners(child.pid, child.started_s)
+            if isinstance(run.client, LightClient):  # MLflow imported beside the command
+                run.client.prepare()
             child.before_reap = run.stop_sampling  # their last samples see the whole command
             run.capture_environment()
             (returncode,) = supervisor.wait()

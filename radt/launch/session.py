@@ -26,6 +26,7 @@ from radt.record.runfolder import RunFolder, RunState, check_runs_root, runs_roo
 from radt.record.sampler import Sampler
 from radt.record.spool import SpoolWriter
 from radt.record.writer import BatchWriter
+from radt.restclient import LightClient, import_mlflow, log_params
 from radt.slurm.jobenv import job_tags
 from radt.tags import (
     MLFLOW_PARENT_RUN_ID,
@@ -77,8 +78,6 @@ def start_run(
     """Create the MLflow run (with ``tags`` and ``params``), its run folder, its recorder
     (started) and, with ``run_api``, its run-API channel; a run that cannot be set up is
     ended FAILED with the reason, and the error says what to do."""
-    from mlflow.entities import Param
-
     tags = {**job_tags(), **tags}
     if parent_run_id:
         tags = {**tags, MLFLOW_PARENT_RUN_ID: parent_run_id}
@@ -90,9 +89,7 @@ def start_run(
     run_id = run.info.run_id
     if params:
         try:
-            client.log_batch(
-                run_id, params=[Param(k, v) for k, v in params.items()], synchronous=True
-            )
+            log_params(client, run_id, params)
         except Exception as exc:
             _abandon(client, run_id, exc)
             raise store_error(tracking_uri, exc, "log the command's params") from exc
@@ -288,6 +285,9 @@ class RecordedRun:
         """
         self.keep_outcome(status, exit_code, ended_s)
         self.stop_sampling()
+        if isinstance(self.client, LightClient):  # its MLflow import, begun beside the command,
+            with contextlib.suppress(Exception):  # done before the end (its calls then say why)
+                self.client.full()
         if self.events is not None:
             with self._taking_in_last():
                 self.events.close()  # every record the command sent, before the recorder stops
@@ -341,6 +341,7 @@ class RecordedRun:
         shutil.copy2(path, target / Path(path).name)
 
     def _capture(self) -> None:
+        import_mlflow()
         from mlflow.entities import RunTag
 
         try:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from mlflow.entities import Metric
 
 from radt.record.events import EPOCH_KEY, EXAMPLES_KEY, WINDOW_KEY
+from radt.restclient import import_mlflow
+
+if TYPE_CHECKING:
+    from mlflow.entities import Metric
 
 MLFLOW_PREFIX = "system/"
 MAX_KEY = 250
@@ -139,6 +143,9 @@ class Decimator:
         if name is None:
             return None
         step = int(value) if key == EPOCH_KEY else micros // self.window_us - self.origin_bucket
+        import_mlflow()  # a light run's MLflow is imported after its command starts
+        from mlflow.entities import Metric
+
         return Metric(name, value, micros // 1000, step)
 
     def _windows(
@@ -146,6 +153,9 @@ class Decimator:
     ) -> list[Metric]:
         """Points of the windows in these samples; with ``keep_last`` the last window of each
         key stays open (its samples are kept for the next call)."""
+        import_mlflow()
+        from mlflow.entities import Metric
+
         if len(codes) == 0:
             self._open = (codes, micros, values)
             return []

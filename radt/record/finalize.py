@@ -13,10 +13,9 @@ import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
-from mlflow.entities import Metric
-from mlflow.tracking import MlflowClient
 
 from radt.record.compact import compact
 from radt.record.decimate import Decimator
@@ -37,7 +36,13 @@ DOING = {
 }
 
 
-Summarize = Callable[[MlflowClient, RunFolder, RunState, Callable[[str], None], Path], list[Metric]]
+if TYPE_CHECKING:
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+Summarize: TypeAlias = (
+    "Callable[[MlflowClient, RunFolder, RunState, Callable[[str], None], Path], list[Metric]]"
+)
 """The ``summary`` step: (client, folder, state, warn, samples file) → the headline metrics
 to log; it may add tags to ``state.tags`` and files to the folder's attachments
 (:func:`radt.analysis.closing.summarize`)."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from mlflow.entities import Metric
-from mlflow.tracking import MlflowClient
+if TYPE_CHECKING:
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch request
 # Answers that no retry can change: bad input, a deleted or finished run.

@@ -19,7 +19,8 @@ run made over REST, MLflow imported once the command runs) and through MLflow's 
 ``Devices`` 0, so each job asks for ``gpu:1``) run with ``radt plan.csv --slurm``, from
 invoking radT to its exit, against ``N/K ×`` the workload's own time: the same
 workload run locally by ``radt one.csv`` (its mean over ``--repeats`` rounds), K being
-``--gpus``. The machine's CPUs also bound how many jobs run at once (one CPU a job).
+``--gpus``, for each store as the dispatch. The machine's CPUs also bound how many jobs run at
+once (one CPU a job).
 """
 
 from __future__ import annotations
@@ -130,32 +131,50 @@ def main() -> int:
         if args.no_makespan:
             print(dispatch_table(args, dispatched))
             return 0
-        row = f"bench, w{{i}}, , , 0, none, sleeper.py, none, --seconds {args.seconds:g}\n"
-        (folder / "one.csv").write_text(COLUMNS + row.format(i=0))
-        radt = [python_bin(), "-m", "radt"]
-        own = []
-        for _ in range(args.repeats):
-            (folder / "one.csv").write_text(COLUMNS + row.format(i=0))
-            own.append(wall_s([*radt, "one.csv"], folder, env))
-        plan = COLUMNS + "".join(row.format(i=i) for i in range(args.workloads))
-        (folder / "plan.csv").write_text(plan)
-        makespan = wall_s([*radt, "plan.csv", "--slurm"], folder, env)
-    ideal = args.workloads / args.gpus * median(own)
+        spans = {
+            name: makespan(
+                folder, {**env, "MLFLOW_TRACKING_URI": client.tracking_uri, **extra}, args
+            )
+            for name, (client, extra) in stores.items()
+        }
     rows = dispatch_rows(dispatched)
-    rows += [
-        ["workload's own time under radT (s)", f"{median(own):.1f}", spread(own, ".1f")],
-        [f"N/K × own time (s), N={args.workloads}, K={args.gpus}", f"{ideal:.1f}", "–"],
-        ["makespan with --slurm (s)", f"{makespan:.1f}", "–"],
-        ["makespan / (N/K × own)", f"{makespan / ideal:.2f}", "–"],
-    ]
+    for store, (own, span) in spans.items():
+        ideal = args.workloads / args.gpus * median(own)
+        rows += [
+            [
+                f"{store}: workload's own time under radT (s)",
+                f"{median(own):.1f}",
+                spread(own, ".1f"),
+            ],
+            [
+                f"{store}: N/K × own time (s), N={args.workloads}, K={args.gpus}",
+                f"{ideal:.1f}",
+                "–",
+            ],
+            [f"{store}: makespan with --slurm (s)", f"{span:.1f}", "–"],
+            [f"{store}: makespan / (N/K × own)", f"{span / ideal:.2f}", "–"],
+        ]
     notes = (
-        f"{dispatch_notes(args)} Makespan (SQLite store): N={args.workloads} workloads of "
+        f"{dispatch_notes(args)} Makespan, per store: N={args.workloads} workloads of "
         f"`sleep {args.seconds:g}` on K={args.gpus} fake GPUs, `radt plan.csv --slurm` from "
         "start to exit, against N/K × the same workload's own time under `radt one.csv` "
         f"(median of {args.repeats})."
     )
     print(results("Slurm dispatch and makespan", notes, ["figure", "median", "range"], rows))
     return 0
+
+
+def makespan(folder: Path, env: dict[str, str], args) -> tuple[list[float], float]:
+    """(the workload's own times under ``radt one.csv``, the plan's makespan with --slurm)."""
+    row = f"bench, w{{i}}, , , 0, none, sleeper.py, none, --seconds {args.seconds:g}\n"
+    radt = [python_bin(), "-m", "radt"]
+    own = []
+    for _ in range(args.repeats):
+        (folder / "one.csv").write_text(COLUMNS + row.format(i=0))
+        own.append(wall_s([*radt, "one.csv"], folder, env))
+    plan = COLUMNS + "".join(row.format(i=i) for i in range(args.workloads))
+    (folder / "plan.csv").write_text(plan)
+    return own, wall_s([*radt, "plan.csv", "--slurm"], folder, env)
 
 
 def dispatch_notes(args) -> str:

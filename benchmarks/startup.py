@@ -28,6 +28,10 @@ Conditions:
   ``benchmarks/.venv-radt0230``, which only runs ``.py`` files: ``radt -l none
   hello.py`` and ``radt -l top+iostat+free hello.py`` with ``hello.py`` holding the
   same one line;
+- ``radt-server`` / ``radt-server-mlflow``: ``radt -l none -- python -c ...``, cold, into an
+  ``mlflow server`` (SQLite behind it; one for both, started before the rounds): through
+  radT's light path (``radt.restclient``: the run made over REST, MLflow imported once the
+  command runs) and through MLflow's client (``RADT_LIGHT=0``), side by side;
 - reference floors (``--references``): ``python -c "import mlflow"``,
   ``python -c "import radt.launch.launcher"`` and opening the SQLite store with an
   ``MlflowClient``, each followed by the same print.
@@ -40,6 +44,7 @@ least, the ratio to the plain command, and the load average (1 min) when it star
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import resource
@@ -78,6 +83,8 @@ ALL = (
     "radt",
     "radt-base",
     "radt-warm",
+    "radt-server",
+    "radt-server-mlflow",
     "radt-0.2.30-none",
     "radt-0.2.30",
     "import-mlflow",
@@ -118,11 +125,15 @@ def is_first(line: str) -> bool:
     return bool(words) and words[-1] == "first"
 
 
-def build(name: str, root: Path, venv: Path, base: Path | None = None) -> Condition:
+def build(
+    name: str, root: Path, venv: Path, base: Path | None = None, server_uri: str | None = None
+) -> Condition:
     folder = root / name
     folder.mkdir()
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     env = base_env(folder, uri)
+    if name.startswith("radt-server"):
+        env["MLFLOW_TRACKING_URI"] = server_uri
     py = python_bin()
     code = {
         "import-mlflow": f"import mlflow; {LINE}",
@@ -152,6 +163,11 @@ def build(name: str, root: Path, venv: Path, base: Path | None = None) -> Condit
         runtime = folder / "rt"
         runtime.mkdir(mode=0o700)
         env.update(RADT_WARM="1", RADT_WARM_IDLE_S="3600", XDG_RUNTIME_DIR=str(runtime))
+    elif name.startswith("radt-server"):
+        light = name == "radt-server"
+        argv = [radt_bin(), "-l", "none", "--", py, "-c", LINE]
+        label = f"radT `-l none`, cold, mlflow server, {'light path' if light else 'RADT_LIGHT=0'}"
+        env.update(RADT_WARM="0", RADT_LIGHT="1" if light else "0")
     elif name in ("radt-0.2.30-none", "radt-0.2.30"):
         old = old_radt_bin(venv)
         if old is None:
@@ -247,12 +263,19 @@ def main() -> int:
     names = list(dict.fromkeys(chosen(parser, text, ALL, first="plain")))
 
     become_subreaper()
-    with Priority(args.nice) as priority, scratch("startup", args.keep) as root:
+    with contextlib.ExitStack() as stack:
+        priority = stack.enter_context(Priority(args.nice))
+        root = stack.enter_context(scratch("startup", args.keep))
         print(f"workspace: {root}; {priority.how}", file=sys.stderr)
+        server_uri = None
+        if any(name.startswith("radt-server") for name in names):
+            from mlflow_server import MlflowServer
+
+            server_uri = stack.enter_context(MlflowServer(root / "mlflow-server")).uri
         conditions = CONDITIONS
         for name in names:
             try:
-                conditions.append(build(name, root, Path(args.venv), args.base))
+                conditions.append(build(name, root, Path(args.venv), args.base, server_uri))
             except (FileNotFoundError, OSError) as exc:
                 print(f"skipping {name}: {exc}", file=sys.stderr)
         try:

@@ -139,6 +139,43 @@ def test_mlflow_is_imported_only_once_the_command_runs(server, workspace, light)
     assert run.info.status == "FINISHED"
 
 
+PLAN = """\
+Experiment, Workload, Status, Run, Devices, Collocation, File, Listeners, Params
+light-plan, w0, , , 0, naive, waiter.py, top,
+light-plan, w0, , , 0, naive, waiter.py, top,
+"""
+
+
+def test_a_plan_imports_mlflow_only_once_its_commands_run(server, workspace):
+    """A cold plan (a Slurm task's) makes its workload's runs over REST: MLflow's first
+    import comes from a thread of its own, both commands already started."""
+    (workspace.root / "hook.py").write_text(HOOK)
+    (workspace.root / "waiter.py").write_text(WAITER)
+    (workspace.root / "plan.csv").write_text(PLAN)
+    done = subprocess.run(
+        [sys.executable, "hook.py", "plan.csv"],
+        cwd=workspace.root,
+        env=cold_env(workspace, server.uri, light=True),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=default_signals,
+    )
+    assert done.returncode == 0, done.stderr
+    first = json.loads((workspace.root / "first-import.json").read_text())
+    assert first["thread"] != "MainThread", first
+    assert sum("waiter.py" in command for command in first["children"]) == 2, first
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(server.uri)
+    experiment = client.get_experiment_by_name("light-plan")
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 3  # the workload and its two
+    rows = [r for r in runs if "radt.command" in r.data.params]
+    assert len(rows) == 2
+    assert all(any(k.startswith("system/") for k in r.data.metrics) for r in rows)
+
+
 def test_an_unreachable_server_reads_the_same_either_way(workspace):
     """A refused light call is made again through MLflow: the same one line, the same code."""
     with socket.socket() as free:

@@ -37,6 +37,7 @@ from radt.plans.model import FAILED, FINISHED, Plan, PlanError, Row, Workload, f
 from radt.plans.read import read_plan
 from radt.plans.workdir import absolute_store, place
 from radt.plans.writeback import write_results
+from radt.restclient import LightClient
 from radt.tags import (
     RADT_COLLOCATION,
     RADT_DEVICES,
@@ -139,7 +140,8 @@ def run_plan(options: PlanOptions) -> int:
         return 0
     if len(pending) < len(plan.workloads):
         log.info(f"skipping {skipped}")
-    return run_workloads(plan, pending, options, found, open_store(options.tracking_uri))
+    store = open_store(options.tracking_uri, light=True)
+    return run_workloads(plan, pending, options, found, store)
 
 
 def run_workloads(
@@ -545,6 +547,7 @@ class WorkloadRunner:
             except OSError as exc:
                 raise RadtError(f"cannot start {child.argv[0]}: {exc.strerror or exc}") from exc
             run.start_listeners(child.pid, child.started_s)
+        for run in self.runs:  # once every command runs: it imports MLflow where not yet
             run.capture_environment()
         # Device-wide listeners see every run: the runs are all descendants of radT; each
         # run gets the per-process series of its own processes (nvml's per-process SM use).
@@ -556,6 +559,8 @@ class WorkloadRunner:
         )
         self.parent.start_listeners(os.getpid())
         self.parent.capture_environment()
+        if isinstance(self.client, LightClient):  # MLflow imported beside the commands
+            self.client.prepare()
         self._keep(collocation.after_start(self.slots))
 
     def _command_ended(self, index: int) -> None:

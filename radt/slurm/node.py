@@ -58,7 +58,8 @@ def run_task(tasks_path: Path, options: PlanOptions) -> int:
     problems = check_plan(plan, [workload], options, found)  # this node's GPUs, tools, rights
     if problems:
         raise RadtError(_report(plan.path, problems).replace("\n", "; "))
-    return run_workloads(plan, [workload], options, found, open_store(options.tracking_uri))
+    store = open_store(options.tracking_uri, light=True)
+    return run_workloads(plan, [workload], options, found, store)
 
 
 def _exec_node(workload: Workload, nodes: int, tasks: dict, options: PlanOptions) -> None:

@@ -31,6 +31,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from radt.tags import MLFLOW_USER
+
 log = logging.getLogger(__name__)
 
 ENV = "RADT_LIGHT"
@@ -260,7 +262,7 @@ class LightClient:
         tags = dict(tags or {})
         body = {
             "experiment_id": str(experiment_id),
-            "user_id": tags.get("mlflow.user", "unknown"),
+            "user_id": tags.get(MLFLOW_USER, "unknown"),
             "start_time": start_time or int(time.time() * 1000),
             "tags": [{"key": k, "value": v} for k, v in tags.items()],
         }

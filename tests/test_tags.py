@@ -28,6 +28,8 @@ NOT_TAGS = {
     ("radt/tracking.py", "mlflow.db"): "the store's file name",
     ("radt/tracking.py", "mlflow.store.db.utils"): "MLflow's logger",
     ("radt/quantities.py", "radt.listeners"): "the listeners' entry-point group",
+    ("radt/restclient.py", "mlflow.request_header_provider"): "MLflow's entry-point group",
+    ("radt/restclient.py", "mlflow.request_auth_provider"): "MLflow's entry-point group",
     ("radt/record/compact.py", "radt.samples.layout"): "a Parquet metadata key",
     ("radt/record/compact.py", "radt.samples.keys"): "a Parquet metadata key",
     ("radt/analysis/load.py", "radt.source"): "a DataFrame.attrs key",

@@ -212,11 +212,13 @@ def start_warm(env: dict[str, str], timeout_s: float = 300) -> subprocess.Popen:
 
 
 def kept() -> frozenset[int]:
-    """The warm launchers, which the reaping between runs leaves alone."""
-    return frozenset(c.server.pid for c in CONDITIONS if c.server is not None)
+    """The warm launchers and the mlflow server, which the reaping between runs leaves alone."""
+    return frozenset(c.server.pid for c in CONDITIONS if c.server is not None) | SERVERS
 
 
 CONDITIONS: list[Condition] = []
+SERVERS: set[int] = set()
+"""The pid of the mlflow server of the radt-server conditions."""
 
 
 def measure(cond: Condition, timeout_s: float) -> Timing:
@@ -271,7 +273,9 @@ def main() -> int:
         if any(name.startswith("radt-server") for name in names):
             from mlflow_server import MlflowServer
 
-            server_uri = stack.enter_context(MlflowServer(root / "mlflow-server")).uri
+            server = stack.enter_context(MlflowServer(root / "mlflow-server"))
+            SERVERS.add(server.process.pid)
+            server_uri = server.uri
         conditions = CONDITIONS
         for name in names:
             try:

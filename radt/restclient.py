@@ -105,11 +105,20 @@ class RunInfo:
 
 
 @dataclass(frozen=True)
+class RunData:
+    """A created run's data, as MLflow's ``RunData`` names it: the tags it was made with."""
+
+    tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Run:
-    """A created run: its info, and the tags it was created with."""
+    """A created run: its info and data, as MLflow's ``Run`` holds them."""
 
     info: RunInfo
-    tags: dict[str, str] = field(default_factory=dict)
+    data: RunData = field(default_factory=RunData)
 
 
 def applies(uri: str, environ: dict[str, str] | None = None) -> bool:
@@ -282,7 +291,7 @@ class LightClient:
                     artifact_uri=info.get("artifact_uri", ""),
                     lifecycle_stage=info.get("lifecycle_stage", "active"),
                 ),
-                tags,
+                RunData(tags=tags),
             )
 
         return self._light(

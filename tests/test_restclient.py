@@ -303,6 +303,7 @@ def test_light_calls_answer_as_mlflows_client_does(server):
     )
     assert client.get_experiment(made).name == "light-calls"
     run = client.create_run(made, tags={"mlflow.user": "ana", "k": "v"}, run_name="r1")
+    assert run.data.tags == {"mlflow.user": "ana", "k": "v"}
     client.log_params(run.info.run_id, {"lr": "0.1", "radt.command": "python train.py"})
     assert client.light_calls == 5  # every call above (but the missing one) over REST
     stored = MlflowClient(server.uri).get_run(run.info.run_id)

@@ -48,6 +48,8 @@ CHANGES_REQUESTS = (
     "MLFLOW_ENABLE_DB_SDK",
 )
 """Settings under which MLflow's requests differ from plain JSON with basic or token auth."""
+MISSING = "RESOURCE_DOES_NOT_EXIST"
+"""MLflow's error code for an experiment or run that does not exist."""
 HEADER_PLUGINS = ("mlflow.request_header_provider", "mlflow.request_auth_provider")
 
 
@@ -184,8 +186,9 @@ class LightClient:
 
     # -- the light calls ------------------------------------------------------------------
 
-    def _call(self, method: str, endpoint: str, body: dict | None = None) -> dict:
-        """One JSON request; raises LightCallFailed on anything but a 200 with JSON."""
+    def call(self, method: str, endpoint: str, body: dict | None = None) -> dict:
+        """One JSON request to the server's REST API (``endpoint`` under ``/api/2.0/mlflow``),
+        its JSON answer; raises LightCallFailed on anything but a 200 with a JSON object."""
         url = f"{self._base}/{endpoint}"
         data = None
         if method == "GET" and body:
@@ -220,6 +223,26 @@ class LightClient:
             log.debug(f"{name} over REST failed ({exc}); through MLflow's client")
             return getattr(self.full(), name)(*args, **kwargs)
 
+    def find_experiment(self, name_or_id: str) -> Experiment | None:
+        """The experiment named ``name_or_id`` (else numbered so), or None, over REST only:
+        raises LightCallFailed where the server did not answer."""
+        try:
+            found = self.call("GET", "experiments/get-by-name", {"experiment_name": name_or_id})
+            return _experiment(found["experiment"])
+        except LightCallFailed as exc:
+            if MISSING not in str(exc):
+                raise
+        if not name_or_id.isdigit():
+            return None
+        try:
+            return _experiment(
+                self.call("GET", "experiments/get", {"experiment_id": name_or_id})["experiment"]
+            )
+        except LightCallFailed as exc:
+            if MISSING in str(exc):
+                return None
+            raise
+
     def search_experiments(self, max_results: int = 1000, **kwargs):
         """The store's reachability check: one experiment over REST (its answer is not
         returned: only a call with no other argument is light)."""
@@ -227,7 +250,7 @@ class LightClient:
             return self.full().search_experiments(max_results=max_results, **kwargs)
 
         def call():
-            self._call("POST", "experiments/search", {"max_results": max_results})
+            self.call("POST", "experiments/search", {"max_results": max_results})
             return []
 
         return self._light("search_experiments", call, max_results=max_results)
@@ -237,9 +260,9 @@ class LightClient:
 
         def call():
             try:
-                found = self._call("GET", "experiments/get-by-name", {"experiment_name": name})
+                found = self.call("GET", "experiments/get-by-name", {"experiment_name": name})
             except LightCallFailed as exc:
-                if "RESOURCE_DOES_NOT_EXIST" in str(exc):
+                if MISSING in str(exc):
                     return None
                 raise
             return _experiment(found["experiment"])
@@ -251,7 +274,7 @@ class LightClient:
         return self._light(
             "get_experiment",
             lambda: _experiment(
-                self._call("GET", "experiments/get", {"experiment_id": experiment_id})["experiment"]
+                self.call("GET", "experiments/get", {"experiment_id": experiment_id})["experiment"]
             ),
             experiment_id,
         )
@@ -261,7 +284,7 @@ class LightClient:
         having just made it, goes through MLflow, which raises it.)"""
         return self._light(
             "create_experiment",
-            lambda: str(self._call("POST", "experiments/create", {"name": name})["experiment_id"]),
+            lambda: str(self.call("POST", "experiments/create", {"name": name})["experiment_id"]),
             name,
         )
 
@@ -279,7 +302,7 @@ class LightClient:
             body["run_name"] = run_name
 
         def call():
-            info = self._call("POST", "runs/create", body)["run"]["info"]
+            info = self.call("POST", "runs/create", body)["run"]["info"]
             return Run(
                 RunInfo(
                     run_id=info["run_id"],
@@ -307,7 +330,7 @@ class LightClient:
         """Log ``params`` in one batch (MLflow's ``log_batch`` of ``Param``s)."""
         body = {"run_id": run_id, "params": [{"key": k, "value": v} for k, v in params.items()]}
         try:
-            self._call("POST", "runs/log-batch", body)
+            self.call("POST", "runs/log-batch", body)
         except LightCallFailed as exc:
             log.debug(f"log-batch over REST failed ({exc}); through MLflow's client")
             log_params_through(self.full(), run_id, params)

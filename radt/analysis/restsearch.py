@@ -44,6 +44,8 @@ def search_page(
     from mlflow.utils.proto_json_utils import message_to_json
     from mlflow.utils.rest_utils import http_request, verify_rest_response
 
+    from radt.analysis.prefetch import take
+
     request = SearchRuns(
         experiment_ids=[str(e) for e in experiment_ids],
         filter=filter_string,
@@ -52,15 +54,20 @@ def search_page(
         order_by=list(order_by),
         page_token=page_token,
     )
-    endpoint, method = store._METHOD_TO_INFO[SearchRuns]
-    response = http_request(
-        host_creds=store.get_host_creds(),
-        endpoint=endpoint,
-        method=method,
-        json=json.loads(message_to_json(request)),
-    )
-    response = verify_rest_response(response, endpoint)
-    answer = response.json()
+    host_creds = store.get_host_creds()
+    answer = None
+    if page_token is None:  # this look's first page, perhaps asked ahead
+        answer = take(host_creds.host, experiment_ids, filter_string, max_results, order_by)
+    if answer is None:
+        endpoint, method = store._METHOD_TO_INFO[SearchRuns]
+        response = http_request(
+            host_creds=host_creds,
+            endpoint=endpoint,
+            method=method,
+            json=json.loads(message_to_json(request)),
+        )
+        response = verify_rest_response(response, endpoint)
+        answer = response.json()
     runs = [run_from_json(run) for run in answer.get("runs", [])]
     return runs, answer.get("next_page_token") or None
 

@@ -58,6 +58,8 @@ from radt.analysis.figures import (
 )
 from radt.analysis.levels import NO_GPU_NOTE
 from radt.analysis.loadruns import (
+    OLDEST_FIRST,
+    SEARCH_PAGE_RUNS,
     grouping,
     open_client,
     probe,
@@ -66,6 +68,7 @@ from radt.analysis.loadruns import (
     select_runs,
 )
 from radt.analysis.loadsamples import prepare
+from radt.analysis.prefetch import first_page
 from radt.analysis.runtree import (
     SHARED_LOADER,
     Record,
@@ -291,13 +294,25 @@ def summary(
           (:mod:`radt.analysis.attribution`);
         - ``window_note``: why a figure is missing, ``; ``-separated.
     """
-    import pandas as pd
-
     if by is not None:
         tables = {"repeats": repeats_summary, "loader": loader_summary, "phases": _phases}
         if by not in tables:
             raise UsageError(f"by= takes 'repeats', 'phases', 'loader' or nothing, not {by!r}")
         return tables[by](experiment, runs, tracking_uri=tracking_uri, cache_dir=cache_dir)
+    ahead = experiment if runs is None else None  # its search: asked while MLflow is imported
+    with first_page(tracking_uri, ahead, SEARCH_PAGE_RUNS, OLDEST_FIRST):
+        return _summary(experiment, runs, tracking_uri, cache_dir)
+
+
+def _summary(
+    experiment: str | None,
+    runs: Iterable[str] | None,
+    tracking_uri: str | None,
+    cache_dir: Path | None,
+) -> pd.DataFrame:
+    """:func:`summary`'s rows of the runs ``experiment`` and ``runs`` select."""
+    import pandas as pd
+
     client = open_client(tracking_uri)
     chosen = select_runs(client, experiment, runs, include_workload=True)
     if runs is None:

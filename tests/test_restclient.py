@@ -318,3 +318,105 @@ def test_light_calls_answer_as_mlflows_client_does(server):
     assert refused.value.error_code == "RESOURCE_ALREADY_EXISTS"
     client.set_terminated(run.info.run_id, "FINISHED")  # any other call: MLflow's client
     assert MlflowClient(server.uri).get_run(run.info.run_id).info.status == "FINISHED"
+
+
+LOOK = """\
+import json, sys
+import radt.analysis.prefetch as prefetch
+from radt.analysis.summary import summary
+
+taken = []
+take = prefetch.take
+
+
+def spy(*args, **kwargs):
+    answer = take(*args, **kwargs)
+    taken.append(answer is not None)
+    return answer
+
+
+prefetch.take = spy
+frame = summary(sys.argv[1], tracking_uri=sys.argv[2])
+frame = frame.sort_values("run_id").reset_index(drop=True)
+print(json.dumps({"taken": taken, "frame": frame.to_json(), "mlflow": "mlflow" in sys.modules}))
+"""
+
+
+def test_a_fresh_looks_search_is_asked_while_mlflow_is_imported(server, workspace, tmp_path):
+    """``radt.summary`` in a new process asks for the experiment's runs in the background
+    from its start and uses that answer; its rows are those of the look without it."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(server.uri)
+    experiment = client.create_experiment("light-look")
+    for index in range(3):
+        run = client.create_run(experiment, run_name=f"r{index}", tags={"mlflow.user": "ana"})
+        client.log_metric(run.info.run_id, "examples", 10.0 * (index + 1))
+        client.set_terminated(run.info.run_id, "FINISHED")
+    (workspace.root / "look.py").write_text(LOOK)
+    looks = {}
+    for light in (True, False):
+        env = {**workspace.env, "RADT_LIGHT": "1" if light else "0"}
+        env["RADT_HOME"] = str(tmp_path / f"home-{light}")
+        done = subprocess.run(
+            [sys.executable, "look.py", "light-look", server.uri],
+            cwd=workspace.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        looks[light] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert looks[True]["taken"] == [True]
+    assert looks[False]["taken"] == [False]
+    assert looks[True]["frame"] == looks[False]["frame"]
+    assert len(json.loads(looks[True]["frame"])["run_id"]) == 3
+
+
+ASK = """\
+import json, sys
+from radt.analysis.prefetch import first_page, take
+
+uri, experiment_id = sys.argv[1], sys.argv[2]
+order = ["attributes.start_time ASC"]
+seen = {}
+with first_page(uri, "light-ask", 100, order):
+    seen["other filter"] = take(uri, [experiment_id], "tags.x = '1'", 100, order)
+    seen["other size"] = take(uri, [experiment_id], "", 50, order)
+    answer = take(uri, [experiment_id], "", 100, order)
+    seen["runs"] = sorted(run["info"]["run_name"] for run in answer["runs"])
+    seen["again"] = take(uri, [experiment_id], "", 100, order)
+with first_page(uri, "no-such-experiment", 100, order):
+    seen["missing"] = take(uri, [experiment_id], "", 100, order)
+seen["outside"] = take(uri, [experiment_id], "", 100, order)
+print(json.dumps(seen))
+"""
+
+
+def test_an_answer_asked_ahead_serves_only_its_own_search_once(server, workspace):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(server.uri)
+    experiment = client.create_experiment("light-ask")
+    for name in ("b", "a"):
+        client.create_run(experiment, run_name=name)
+    (workspace.root / "ask.py").write_text(ASK)
+    done = subprocess.run(
+        [sys.executable, "ask.py", server.uri, experiment],
+        cwd=workspace.root,
+        env=workspace.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen == {
+        "other filter": None,
+        "other size": None,
+        "runs": ["a", "b"],
+        "again": None,
+        "missing": None,
+        "outside": None,
+    }

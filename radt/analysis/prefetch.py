@@ -67,8 +67,8 @@ def first_page(
 ) -> Iterator[None]:
     """Within the block (one look), the first page of ``experiment``'s active runs is asked
     of its ``mlflow server`` in the background from the start, where the light path applies
-    (an ``http(s)`` server, MLflow not yet imported); an answer the look did not take is
-    dropped at the end."""
+    (an ``http`` or ``https`` server, MLflow not yet imported); an answer the look did not
+    take is dropped at the end."""
     asked = None
     if experiment is not None:
         uri, _ = resolve_tracking_uri(tracking_uri)

@@ -31,13 +31,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from radt.switches import turned_off
 from radt.tags import MLFLOW_USER
 
 log = logging.getLogger(__name__)
 
 ENV = "RADT_LIGHT"
 """``0``: always create runs through MLflow's client (default: the light path where it applies)."""
-OFF = ("0", "off", "false", "no")
 API = "/api/2.0/mlflow"
 CHANGES_REQUESTS = (
     "MLFLOW_TRACKING_AUTH",
@@ -126,7 +126,7 @@ class Run:
 def applies(uri: str, environ: dict[str, str] | None = None) -> bool:
     """Whether the light path may create a run in the store at ``uri``."""
     env = os.environ if environ is None else environ
-    if env.get(ENV, "").strip().lower() in OFF:
+    if turned_off(ENV, env):
         return False
     if urllib.parse.urlsplit(uri).scheme not in ("http", "https"):
         return False
@@ -153,7 +153,7 @@ class LightClient:
         self._full: Any = None
         self._making = threading.Lock()
         self.light_calls = 0
-        """How many calls the light path answered (for tests and ``radt doctor``)."""
+        """How many calls the light path answered."""
 
     # -- the real client ------------------------------------------------------------------
 
@@ -223,21 +223,31 @@ class LightClient:
             log.debug(f"{name} over REST failed ({exc}); through MLflow's client")
             return getattr(self.full(), name)(*args, **kwargs)
 
+    def _by_name(self, name: str) -> Experiment | None:
+        """The experiment called ``name``, or None; LightCallFailed where the server did
+        not answer."""
+        try:
+            found = self.call("GET", "experiments/get-by-name", {"experiment_name": name})
+        except LightCallFailed as exc:
+            if MISSING in str(exc):
+                return None
+            raise
+        return _experiment(found["experiment"])
+
+    def _by_id(self, experiment_id: str) -> Experiment:
+        """The experiment numbered ``experiment_id``; LightCallFailed where the server did not
+        answer it."""
+        found = self.call("GET", "experiments/get", {"experiment_id": experiment_id})
+        return _experiment(found["experiment"])
+
     def find_experiment(self, name_or_id: str) -> Experiment | None:
         """The experiment named ``name_or_id`` (else numbered so), or None, over REST only:
         raises LightCallFailed where the server did not answer."""
+        found = self._by_name(name_or_id)
+        if found is not None or not name_or_id.isdigit():
+            return found
         try:
-            found = self.call("GET", "experiments/get-by-name", {"experiment_name": name_or_id})
-            return _experiment(found["experiment"])
-        except LightCallFailed as exc:
-            if MISSING not in str(exc):
-                raise
-        if not name_or_id.isdigit():
-            return None
-        try:
-            return _experiment(
-                self.call("GET", "experiments/get", {"experiment_id": name_or_id})["experiment"]
-            )
+            return self._by_id(name_or_id)
         except LightCallFailed as exc:
             if MISSING in str(exc):
                 return None
@@ -257,27 +267,11 @@ class LightClient:
 
     def get_experiment_by_name(self, name: str):
         """The experiment called ``name``, or None."""
-
-        def call():
-            try:
-                found = self.call("GET", "experiments/get-by-name", {"experiment_name": name})
-            except LightCallFailed as exc:
-                if MISSING in str(exc):
-                    return None
-                raise
-            return _experiment(found["experiment"])
-
-        return self._light("get_experiment_by_name", call, name)
+        return self._light("get_experiment_by_name", lambda: self._by_name(name), name)
 
     def get_experiment(self, experiment_id: str):
         """The experiment numbered ``experiment_id``."""
-        return self._light(
-            "get_experiment",
-            lambda: _experiment(
-                self.call("GET", "experiments/get", {"experiment_id": experiment_id})["experiment"]
-            ),
-            experiment_id,
-        )
+        return self._light("get_experiment", lambda: self._by_id(experiment_id), experiment_id)
 
     def create_experiment(self, name: str):
         """Create the experiment ``name``; its id. (An error answer, such as another host

@@ -1,9 +1,9 @@
 """An experiment's first page of runs, asked of an ``mlflow server`` while MLflow is imported.
 
-A look in a new process (``radt.summary`` in a fresh notebook, ``radt export``, a cold
-``radt runs``) first imports MLflow (a second of CPU), then waits for the server to answer
-the search of the experiment's runs (about a second for 1,000 runs). :func:`start` asks the
-server for that first page in a background thread before MLflow is imported, with the light
+A look in a new process (``radt.summary`` in a fresh notebook, a cold ``radt runs``) first
+imports MLflow (a second of CPU), then waits for the server to answer the search of the
+experiment's runs (about a second for 1,000 runs). Within :func:`first_page`, the server is
+asked for that first page in a background thread before MLflow is imported, with the light
 calls of :mod:`radt.restclient`; :func:`take` hands the answer to
 :func:`radt.analysis.restsearch.search_page` when it asks for exactly that page, so the two
 waits overlap. Anything unexpected (the light path not applying, an error answer, another
@@ -18,7 +18,7 @@ import contextvars
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from radt.restclient import LightCallFailed, LightClient, applies
 from radt.tracking import resolve_tracking_uri
@@ -33,7 +33,7 @@ class Asked:
     thread: threading.Thread | None = None
     key: tuple | None = None
     answer: dict | None = None
-    taken: bool = field(default=False)
+    taken: bool = False
 
 
 _ASKED: contextvars.ContextVar[Asked | None] = contextvars.ContextVar(

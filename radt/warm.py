@@ -39,11 +39,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from radt.switches import turned_off
+
 log = logging.getLogger(__name__)
 
 ENV = "RADT_WARM"
 """``0``: run every command in the caller, never through a warm launcher (default: on)."""
-OFF = ("0", "off", "false", "no")
 ADVICE = "set XDG_RUNTIME_DIR to a folder only you can enter, or set RADT_WARM=0"
 INTERPRETER_ENV = (
     "PYTHONPATH",
@@ -111,8 +112,9 @@ def enabled(environ: dict[str, str] | None = None) -> bool:
     """Whether this ``radt COMMAND`` may go through the warm launcher: not turned off, not in a
     Slurm job (a fork would live outside the job's cgroup) and with this process's own streams."""
     environ = os.environ if environ is None else environ
-    off = environ.get(ENV, "").strip().lower() in OFF
-    return not off and not _served and "SLURM_JOB_ID" not in environ and _own_streams()
+    if turned_off(ENV, environ) or _served or "SLURM_JOB_ID" in environ:
+        return False
+    return _own_streams()
 
 
 def _own_streams() -> bool:
@@ -183,7 +185,7 @@ def socket_path() -> Path | None:
 def describe() -> tuple[bool, str]:
     """For ``radt doctor``: whether radT can use a warm launcher here, and in words (off, running
     with its pid, or started by the next run); False only where it is asked for and cannot be."""
-    if os.environ.get(ENV, "").strip().lower() in OFF:
+    if turned_off(ENV):
         return True, f"off ({os.environ[ENV]!r} in {ENV}; unset it to start runs through one)"
     if "SLURM_JOB_ID" in os.environ:
         return True, "not used inside a Slurm job"

@@ -146,6 +146,7 @@ HELPERS = (
     "radt.console",
     "radt.tracking",
     "radt.restclient",
+    "radt.switches",
     "radt.interrupts",
     "radt.quantities",
 )

@@ -5,6 +5,7 @@ only once the command runs, and whatever fails goes through MLflow's client as b
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -72,6 +73,20 @@ def cold_env(workspace, uri: str, light: bool) -> dict[str, str]:
     }
 
 
+def run_script(workspace, args: list[str], env: dict[str, str], timeout: float = 120):
+    """``python ARGS`` in the workspace's folder with ``env``, its output captured and the stop
+    signals at their defaults."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=workspace.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=default_signals,
+    )
+
+
 def test_a_light_run_is_the_run_mlflows_client_makes(server, workspace):
     """Name, user, experiment, tags, params, status and metrics: the same either way."""
     workspace.script("train.py", SCRIPT)
@@ -112,15 +127,9 @@ def test_mlflow_is_imported_only_once_the_command_runs(server, workspace, light)
     the command already started (it waits for that import before it goes on); without it,
     from the main thread before any command."""
     (workspace.root / "hook.py").write_text(HOOK)
-    done = subprocess.run(
-        [sys.executable, "hook.py", "-e", f"light-import-{light}", "-l", "none", "--"]
-        + [sys.executable, "-c", WAITER],
-        cwd=workspace.root,
-        env=cold_env(workspace, server.uri, light),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=default_signals,
+    args = ["hook.py", "-e", f"light-import-{light}", "-l", "none", "--"]
+    done = run_script(
+        workspace, [*args, sys.executable, "-c", WAITER], cold_env(workspace, server.uri, light)
     )
     assert done.returncode == 0, done.stderr
     assert "went on" in done.stdout
@@ -152,15 +161,8 @@ def test_a_plan_imports_mlflow_only_once_its_commands_run(server, workspace):
     (workspace.root / "hook.py").write_text(HOOK)
     (workspace.root / "waiter.py").write_text(WAITER)
     (workspace.root / "plan.csv").write_text(PLAN)
-    done = subprocess.run(
-        [sys.executable, "hook.py", "plan.csv"],
-        cwd=workspace.root,
-        env=cold_env(workspace, server.uri, light=True),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        preexec_fn=default_signals,
-    )
+    env = cold_env(workspace, server.uri, light=True)
+    done = run_script(workspace, ["hook.py", "plan.csv"], env, timeout=180)
     assert done.returncode == 0, done.stderr
     first = json.loads((workspace.root / "first-import.json").read_text())
     assert first["thread"] != "MainThread", first
@@ -209,7 +211,7 @@ def test_an_unreachable_server_reads_the_same_either_way(workspace):
 )
 def test_the_light_path_only_where_it_sends_what_mlflow_sends(uri, env, expected):
     probe = "import sys; from radt.restclient import applies; print(applies(sys.argv[1]))"
-    clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MLFLOW_")}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     done = subprocess.run(
         [sys.executable, "-c", probe, uri],
         env={**clean, **env},
@@ -358,14 +360,7 @@ def test_a_fresh_looks_search_is_asked_while_mlflow_is_imported(server, workspac
     for light in (True, False):
         env = {**workspace.env, "RADT_LIGHT": "1" if light else "0"}
         env["RADT_HOME"] = str(tmp_path / f"home-{light}")
-        done = subprocess.run(
-            [sys.executable, "look.py", "light-look", server.uri],
-            cwd=workspace.root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_script(workspace, ["look.py", "light-look", server.uri], env)
         assert done.returncode == 0, done.stderr
         looks[light] = json.loads(done.stdout.strip().splitlines()[-1])
     assert looks[True]["taken"] == [True]
@@ -402,14 +397,7 @@ def test_an_answer_asked_ahead_serves_only_its_own_search_once(server, workspace
     for name in ("b", "a"):
         client.create_run(experiment, run_name=name)
     (workspace.root / "ask.py").write_text(ASK)
-    done = subprocess.run(
-        [sys.executable, "ask.py", server.uri, experiment],
-        cwd=workspace.root,
-        env=workspace.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_script(workspace, ["ask.py", server.uri, experiment], workspace.env)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert seen == {

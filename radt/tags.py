@@ -222,11 +222,14 @@ def tag_filter(name: str, value: object, op: str = "=") -> str:
 
 
 def child_order(run: Any) -> tuple:
-    """The order of a workload's runs (an MLflow run): by letter, its shared loader last."""
+    """The order of a workload's runs (an MLflow run): by letter, its shared loader last; of a
+    job run's node runs: by node rank (whichever node's radT started first)."""
     tags = run.data.tags
+    rank = tags.get(RADT_NODE_RANK) or ""
     return (
         tags.get(RADT_ROLE) == LOADER_ROLE,
         tags.get(RADT_LETTER) or "",
+        int(rank) if rank.isdigit() else -1,
         run.info.start_time or 0,
     )
 

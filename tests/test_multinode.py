@@ -242,15 +242,63 @@ def _examples_seen(workspace) -> str:
     return ""
 
 
-def test_a_node_without_its_rank_0_fails_in_one_line(workspace):
+def test_a_node_without_its_rank_0_trains_and_says_in_one_line_it_has_no_job_run(workspace):
+    """The node's command runs (radT never holds a training back for another node's radT); its
+    node run is kept, without a job run, and the reason is one line and the run's note."""
     env = {**workspace.env, "RADT_NODE_RANK": "1", "RADT_GROUP_WAIT_S": "1"}
-    done = workspace.run(["-l", "none", "--group", "lonely", "--", "true"], env=env)
-    assert done.returncode == 2
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("radt: error: node ")
-    assert "found no running job run of group lonely" in last
+    done = workspace.run(["-l", "none", "--group", "lonely", "--", "echo", "trained"], env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "trained"
+    warning = [line for line in done.stderr.splitlines() if "found no running job run" in line]
+    assert len(warning) == 1 and warning[0].startswith("radt: node ")
+    assert "of group lonely within 1 s; start the node of rank 0 too" in warning[0]
+    assert warning[0].endswith("is kept without a job run")
     assert "Traceback" not in done.stderr
-    assert workspace.runs() == []
+    (run,) = workspace.runs()
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[group.ROLE_TAG] == "node" and run.data.tags[group.NODE_RANK_TAG] == "1"
+    assert "mlflow.parentRunId" not in run.data.tags
+    assert "found no running job run of group lonely" in run.data.tags["radt.note"]
+
+
+def test_a_joining_nodes_command_starts_before_its_job_run_exists(workspace, tmp_path):
+    """Rank 1's command runs before rank 0 is even started: it writes ``started``, and only
+    then is rank 0 started. Both nodes end in one job run, rank 1's node run its child. (Had
+    rank 1 waited for the job run before its command, ``started`` would never appear.)"""
+    started = tmp_path / "started"
+    wait_rank0 = (
+        "import pathlib, sys, time; pathlib.Path(sys.argv[1]).touch(); "
+        "[time.sleep(0.05) for _ in iter(lambda: pathlib.Path(sys.argv[2]).exists(), True)]"
+    )
+    created = tmp_path / "rank0-created"
+    env = {**workspace.env, "RADT_NODES": "2", "RADT_GROUP_WAIT_S": "120"}
+    argv = ["-l", "none", "--group", "early", "--", sys.executable, "-c", wait_rank0]
+    rank1 = subprocess.Popen(
+        workspace.argv([*argv, str(started), str(created)]),
+        cwd=workspace.root,
+        env={**env, "RADT_NODE": "b", "RADT_NODE_RANK": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "rank1.log").open("w"),
+        preexec_fn=default_signals,
+    )
+    try:
+        wait_for(started.exists, timeout=120)
+        assert workspace.runs() and not [
+            r for r in workspace.runs() if r.data.tags.get(group.ROLE_TAG) == group.JOB_ROLE
+        ]
+        rank0 = workspace.run(
+            ["-l", "none", "--group", "early", "--", "touch", str(created)],
+            env={**env, "RADT_NODE": "a", "RADT_NODE_RANK": "0"},
+        )
+        assert rank0.returncode == 0, rank0.stderr
+        assert rank1.wait(timeout=180) == 0, (tmp_path / "rank1.log").read_text()
+    finally:
+        kill_quietly(rank1.pid)
+    job, (a, b) = job_and_nodes(workspace)
+    assert job.info.status == "FINISHED"
+    assert (a.data.tags[group.NODE_TAG], b.data.tags[group.NODE_TAG]) == ("a", "b")
+    assert a.info.status == b.info.status == "FINISHED"
+    assert "radt.note" not in b.data.tags
 
 
 def test_a_node_that_never_joins_fails_the_job_run_naming_it(workspace):

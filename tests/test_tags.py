@@ -11,10 +11,14 @@ from conftest import REPO
 from radt.frontend.data import run_info
 
 from radt.tags import (
+    JOB_ROLE,
     LOADER_ROLE,
     MLFLOW_PARENT_RUN_ID,
     MODES,
+    NODE_ROLE,
+    RADT_GROUP_ROLE,
     RADT_LETTER,
+    RADT_NODE_RANK,
     RADT_ROLE,
     RADT_WORKLOAD_RUNS,
     Mode,
@@ -135,6 +139,19 @@ def test_each_kind_of_run_is_told_apart_the_same_way_by_the_analysis_and_the_ui(
     assert tree.kind(runs[lone]) == RunKind.WORKLOAD
     assert tree.kind(client.get_run(child_of_lone)) == RunKind.TRAINING
     assert f"{RunKind.LOADER}" == str(RunKind.LOADER) == "loader"
+
+    # a job run's node runs by node rank, whichever started first (rank 10 after rank 2)
+    job = client.create_run(experiment, tags={RADT_GROUP_ROLE: JOB_ROLE}).info.run_id
+    ranks = ("10", "2", "0")  # created, and so started, in this order
+    nodes = {
+        rank: client.create_run(
+            experiment,
+            tags={MLFLOW_PARENT_RUN_ID: job, RADT_GROUP_ROLE: NODE_ROLE, RADT_NODE_RANK: rank},
+        ).info.run_id
+        for rank in ranks
+    }
+    tree = RunTree([client.get_run(i) for i in nodes.values()])
+    assert [k.info.run_id for k in tree.kids(job)] == [nodes["0"], nodes["2"], nodes["10"]]
 
 
 def test_a_mode_is_its_plan_spelling_wherever_a_str_is():

@@ -24,6 +24,7 @@ from radt.tags import (
     RADT_PROBE,
     RADT_STUDY_FILE,
     RADT_WORKLOAD,
+    child_order,
     tag_filter,
 )
 
@@ -178,16 +179,17 @@ def select_runs(
 
 def with_nodes(client, runs: Sequence) -> list:
     """``runs`` and, after each job run of a distributed training among them, its node runs
-    (the runs that name it their parent), each once: a job run holds only its figures,
-    its nodes the samples. A node run brings no other node (its job is its workload, added by
-    :func:`select_runs`). The one expansion of a job that ``radt.load``, ``radt export`` and
+    (the runs that name it their parent, by node rank), each once: a job run holds only its
+    figures, its nodes the samples. A node run brings no other node (its job is its workload,
+    added by :func:`select_runs`). The one expansion of a job that ``radt.load``, ``radt export`` and
     the UI share."""
     found = list(runs)
     have = {r.info.run_id for r in found}
     for job in [r for r in runs if r.data.tags.get(RADT_GROUP_ROLE) == JOB_ROLE]:
-        for node in search_all(
+        nodes = search_all(
             client, [job.info.experiment_id], tag_filter(MLFLOW_PARENT_RUN_ID, job.info.run_id)
-        ):
+        )
+        for node in sorted(nodes, key=child_order):  # by node rank
             if node.info.run_id not in have:
                 found.append(node)
                 have.add(node.info.run_id)

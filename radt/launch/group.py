@@ -11,7 +11,9 @@ runs several radT tasks on one node).
 Only the node of rank 0 creates the job run, so there is exactly one whatever the start order;
 the others search the experiment for a RUNNING job run of the group that holds no node run of
 their rank yet (a job run of an earlier training under the same name is passed over), for at
-most ``RADT_GROUP_WAIT_S`` seconds. Every node, once its own run has ended, ends the job run
+most ``RADT_GROUP_WAIT_S`` seconds. They search beside their command (:class:`Joining`), which
+starts at once, and link their node run to the job run when they find it; their node run ends
+only after that. Every node, once its own run has ended, ends the job run
 when every node it expects has ended: FINISHED when all finished, else FAILED naming the nodes
 that did not. Ending it twice writes the same.
 """
@@ -22,6 +24,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,6 +66,8 @@ POLL_S = 0.5
 """The longest pause between two looks for the job run (the first looks come sooner:
 :func:`pause_s`)."""
 FIRST_POLL_S = 0.05
+GIVE_UP_S = 10.0
+"""How long a node stopped by a signal still waits for the look for its job run under way."""
 REMIND_S = 30.0
 """How often the node that ends last repeats that it still waits for a rank (it says so once
 when it starts waiting)."""
@@ -232,12 +237,21 @@ def pause_s(looks: int, longest_s: float = POLL_S) -> float:
 
 
 def find_job_run(
-    client, uri: str, experiment_id: str, group: Group, wait_s: float | None = None
+    client,
+    uri: str,
+    experiment_id: str,
+    group: Group,
+    wait_s: float | None = None,
+    stop: threading.Event | None = None,
 ) -> str:
     """The job run this node joins: the newest RUNNING one of the group with no node of this
-    rank; waits up to ``wait_s`` (``RADT_GROUP_WAIT_S``) for it, then raises RadtError."""
+    rank; waits up to ``wait_s`` (``RADT_GROUP_WAIT_S``) for it, then raises RadtError.
+
+    ``stop``, once set, ends the wait after the look under way (RadtError, as at the end of
+    ``wait_s``)."""
     if wait_s is None:
         wait_s = group_wait_s()
+    stop = stop or threading.Event()
     deadline = time.monotonic() + wait_s
     looks = 0
     while True:
@@ -254,14 +268,63 @@ def find_job_run(
                     return run.info.run_id
         except Exception as exc:
             raise store_error(uri, exc, "look for the job run") from exc
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or stop.is_set():
             raise RadtError(
                 f"node {group.node} (rank {group.node_rank}) found no running job run of group "
                 f"{group.name} within {wait_s:g} s; start the node of rank 0 too, with the same "
                 "--group (or RADT_GROUP) and experiment, or raise RADT_GROUP_WAIT_S"
             )
-        time.sleep(pause_s(looks))
+        stop.wait(min(pause_s(looks), max(deadline - time.monotonic(), 0.0)))
         looks += 1
+
+
+class Joining:
+    """A node of rank > 0 looking for its job run while its command already runs.
+
+    :meth:`start` begins the search in a thread (:func:`find_job_run`); when the job run is
+    found, ``link`` is called with its id at once (the node run's parent tag is set then, so the
+    other nodes count this node while it runs). :meth:`finish`, before the node run ends, waits
+    for the search and returns the job run's id, or None with the reason in :attr:`error`.
+    """
+
+    def __init__(self, client, uri: str, experiment_id: str, group: Group, wait_s: float) -> None:
+        self._find = lambda stop: find_job_run(client, uri, experiment_id, group, wait_s, stop)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._finished = False
+        self._thread: threading.Thread | None = None
+        self.job_run_id: str | None = None
+        self.error: Exception | None = None
+
+    def start(self, link) -> None:
+        """Look for the job run in the background; ``link(job_run_id)`` once it is found."""
+
+        def look() -> None:
+            try:
+                found = self._find(self._stop)
+            except Exception as exc:
+                self.error = exc
+                return
+            with self._lock:
+                if not self._finished:
+                    self.job_run_id = found
+                    link(found)
+
+        self._thread = threading.Thread(target=look, name="radt-join", daemon=True)
+        self._thread.start()
+
+    def finish(self, give_up: bool = False) -> str | None:
+        """Wait for the search (to its end at ``RADT_GROUP_WAIT_S``, or, with ``give_up``, only
+        for the look under way); the job run's id, or None (:attr:`error` says why)."""
+        if self._thread is not None:
+            if give_up:
+                self._stop.set()
+            self._thread.join(timeout=GIVE_UP_S if give_up else None)
+        with self._lock:
+            self._finished = True
+            if self.job_run_id is None and self.error is None:
+                self.error = RadtError("the look for the job run did not end in time")
+            return self.job_run_id
 
 
 def end_job_run(

@@ -21,6 +21,7 @@ from radt.launch.supervise import Supervisor, ended
 from radt.listener import Listener
 from radt.restclient import LightClient
 from radt.tags import (
+    MLFLOW_PARENT_RUN_ID,
     MLFLOW_SOURCE_NAME,
     MLFLOW_SOURCE_TYPE,
     MLFLOW_USER,
@@ -172,7 +173,12 @@ def launch(options: LaunchOptions) -> int:
     }
     node = group.resolve(options.group, options.command)
     wait_s = group.group_wait_s() if node else 0.0
-    job_run_id = _join(client, uri, exp_id, node, tags, options.run_name) if node else None
+    job_run_id = None
+    if node and node.node_rank == 0:
+        job_run_id = group.create_job_run(
+            client, uri, exp_id, node, tags, options.run_name or node.name
+        )
+        log.info(f"group {node.name}: node {node.node} (rank 0) created job run {job_run_id}")
     try:
         run = RecordedRun(
             start_run(
@@ -196,9 +202,14 @@ def launch(options: LaunchOptions) -> int:
                 client.set_terminated(job_run_id, "FAILED")
         raise
     log.info(f"run {run.info.run_name} ({run.run_id}) in experiment {experiment}")
+    joining = None
+    if node and node.node_rank > 0:
+        joining = _join(client, uri, exp_id, node, run, wait_s)
     try:
-        return _supervise(options, argv, uri, original_env, run)
+        return _supervise(options, argv, uri, original_env, run, joining)
     finally:
+        if joining is not None:
+            job_run_id = joining.job_run_id
         if job_run_id:
             expected = node.nodes if node else None
             status = group.end_job_run(client, exp_id, job_run_id, expected, wait_s)
@@ -206,23 +217,46 @@ def launch(options: LaunchOptions) -> int:
                 log.info(f"job run {job_run_id} of group {node.name if node else ''} {status}")
 
 
-def _join(client, uri: str, exp_id: str, node: group.Group, tags, run_name) -> str:
-    """The job run this node's run is a child of: created by the node of rank 0, found by the
-    others."""
-    if node.node_rank == 0:
-        job_run_id = group.create_job_run(client, uri, exp_id, node, tags, run_name or node.name)
-        log.info(f"group {node.name}: node {node.node} (rank 0) created job run {job_run_id}")
-    else:
-        log.info(
-            f"group {node.name}: node {node.node} (rank {node.node_rank}) looks for its job run"
-        )
-        job_run_id = group.find_job_run(client, uri, exp_id, node)
+def _join(
+    client, uri: str, exp_id: str, node: group.Group, run: RecordedRun, wait_s: float
+) -> group.Joining:
+    """A node of rank > 0 looks for its job run beside its command, and makes its node run a
+    child of it once found (in the store at once, and in the run folder for ``radt sync``)."""
+    log.info(f"group {node.name}: node {node.node} (rank {node.node_rank}) looks for its job run")
+
+    def link(job_run_id: str) -> None:
+        run.state.tags[MLFLOW_PARENT_RUN_ID] = job_run_id
+        try:
+            client.set_tag(run.run_id, MLFLOW_PARENT_RUN_ID, job_run_id)
+        except Exception as exc:  # the run's end writes it with its other tags
+            log.debug("parent tag of run %s not set yet: %s", run.run_id, exc)
         log.info(f"group {node.name}: node {node.node} joined job run {job_run_id}")
-    return job_run_id
+
+    joining = group.Joining(client, uri, exp_id, node, wait_s)
+    joining.start(link)
+    return joining
 
 
-def _supervise(options: LaunchOptions, argv: list[str], uri: str, original_env, run) -> int:
-    """Run the command under ``run``'s record; return radT's exit code."""
+def _joined(run: RecordedRun, joining: group.Joining, give_up: bool) -> None:
+    """Before the node run ends: wait for the look for its job run (with ``give_up``, a node
+    stopped by a signal or a failure of radT's, only for the look under way); a node that found
+    none keeps its run, without a job run, the reason in its note."""
+    if joining.finish(give_up=give_up) is None:
+        reason = str(joining.error)
+        log.warning(f"{reason}; run {run.run_id} is kept without a job run")
+        run.state.note = run.state.note or reason
+
+
+def _supervise(
+    options: LaunchOptions,
+    argv: list[str],
+    uri: str,
+    original_env,
+    run: RecordedRun,
+    joining: group.Joining | None = None,
+) -> int:
+    """Run the command under ``run``'s record; return radT's exit code. ``joining``: a node's
+    look for its job run, waited for before the run ends."""
     env = child_env(original_env, uri, run, options.devices, options.max_epochs, options.autolog)
     child = Child(argv, env, run.output_log)
     supervisor = Supervisor(
@@ -258,12 +292,12 @@ def _supervise(options: LaunchOptions, argv: list[str], uri: str, original_env, 
             if isinstance(exc, KeyboardInterrupt):  # a signal before radT's own handlers were set
                 stopped = ended("KILLED", 130, "radT received SIGINT", signal.SIGINT)
                 run.state.tags.update(stopped.tags)
-                _end(run, child, stopped.status, stopped.exit_code, options)
+                _end(run, child, stopped.status, stopped.exit_code, options, joining)
             else:
                 run.state.note = "radT failed while the command ran"
-                _end(run, child, "FAILED", None, options)
+                _end(run, child, "FAILED", None, options, joining, give_up=True)
             raise
-        _end(run, child, outcome.status, outcome.exit_code, options)
+        _end(run, child, outcome.status, outcome.exit_code, options, joining)
     return outcome.exit_code
 
 
@@ -284,11 +318,21 @@ def _leave_to_sync(run: RecordedRun, child: Child, signum: int) -> None:
     run.leave(end)
 
 
-def _end(run: RecordedRun, child: Child, status: str, exit_code, options: LaunchOptions) -> None:
+def _end(
+    run: RecordedRun,
+    child: Child,
+    status: str,
+    exit_code,
+    options: LaunchOptions,
+    joining: group.Joining | None = None,
+    give_up: bool = False,
+) -> None:
     if child.process is not None:
         child.reap_group(grace_s=1.0)
         child.join_output()
         child.end_line()
+    if joining is not None:
+        _joined(run, joining, give_up or status == "KILLED")
     if run.close(status, exit_code, options.send_timeout_s, child.ended_s):
         log.info(
             f"run {run.run_id} {status} (exit code {exit_code}); "

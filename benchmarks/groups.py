@@ -5,12 +5,15 @@ against the ranks' own printed rates.
     python benchmarks/groups.py --repeats 10 --steps 600
 
 Start-up: each round starts, interleaved (the order rotated every round), a lone run
-``radt -l none -- python -c "print('first')"`` and a group of two nodes of the same command
-started at once (``--group``, ``RADT_NODE_RANK`` 0 and 1, ``RADT_NODES=2``): rank 0 creates
-the job run and its node run, rank 1 finds the job run and creates its node run. The figure is
-the time from starting radT to the command's first line, median over the rounds, and its ratio
-to the lone run's (what joining a group adds before training starts); "total" is until radT
-exits (the node that ends last also ends the job run and stores its figures).
+``radt -l none -- python -c "print('first')"``, two lone runs of it started at once, and a
+group of two nodes of the same command started at once (``--group``, ``RADT_NODE_RANK`` 0 and 1,
+``RADT_NODES=2``): rank 0 creates the job run and its node run, rank 1 creates its node run,
+starts its command and finds the job run beside it; and such a group whose rank 0 starts
+``LATE_S`` after rank 1 (timed from rank 1's own start). The figure is the time from starting radT
+to the command's first line, median over the rounds, and its ratio to the lone run's and to
+one of the pair's (what joining a group adds before training starts, apart from two radT
+sharing this host's cores, which a cluster's nodes do not); "total" is until radT exits (the
+node that ends last also ends the job run and stores its figures).
 
 Rates: one job of ``examples/ddp_train.py`` on two local nodes (``torchrun --nnodes 2
 --nproc-per-node 1``, gloo on 127.0.0.1), each under its own radT. Each rank prints its own
@@ -46,6 +49,9 @@ from _common import (
 )
 
 LINE = "print('first', flush=True)"
+LATE_S = 0.5
+"""How much later rank 0 starts than rank 1 in the staggered group (its host slower to start,
+or Slurm starting its task later)."""
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "ddp_train.py"
 RATE = re.compile(r"rank (\d+) examples (\d+) rate ([0-9.]+)/s")
 
@@ -71,25 +77,34 @@ def _timed(proc: subprocess.Popen, began: float) -> tuple[float, float]:
     return first, time.perf_counter() - began
 
 
-def group_start(root: Path, env: dict[str, str], name: str) -> list[tuple[float, float]]:
-    """Two nodes of group ``name`` started at once: (first line s, total s) of each."""
-    argv = [radt_bin(), "-l", "none", "--group", name, "--", python_bin(), "-c", LINE]
-    began = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            argv,
-            cwd=root,
-            env={**env, "RADT_NODES": "2", "RADT_NODE": f"n{rank}", "RADT_NODE_RANK": str(rank)},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    # each node's output read as it comes: reading one to its end first would time the
-    # other's first line when it is read, not when it was printed
-    with ThreadPoolExecutor(len(procs)) as pool:
-        return list(pool.map(lambda proc: _timed(proc, began), procs))
+def group_start(
+    root: Path, env: dict[str, str], name: str | None, late_s: float = 0.0
+) -> list[tuple[float, float]]:
+    """Two nodes of group ``name`` started at once, or rank 0 ``late_s`` after rank 1 (without
+    a name: two lone runs started at once): (first line s, total s) of rank 0 and of rank 1,
+    each from its own start."""
+    group = ["--group", name] if name else []
+    argv = [radt_bin(), "-l", "none", *group, "--", python_bin(), "-c", LINE]
+    timed = {}
+    # each node's output read as it comes, from its start: reading one to its end first, or
+    # only once both run, would time a first line when it is read, not when it was printed
+    with ThreadPoolExecutor(2) as pool:
+        for rank in (1, 0) if late_s else (0, 1):
+            if rank == 0 and late_s:
+                time.sleep(late_s)
+            began = time.perf_counter()
+            proc = subprocess.Popen(
+                argv,
+                cwd=root,
+                env={**env, "RADT_NODES": "2", "RADT_NODE": f"n{rank}", "RADT_NODE_RANK": str(rank)}
+                if name
+                else env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            timed[rank] = pool.submit(_timed, proc, began)
+        return [timed[rank].result() for rank in (0, 1)]
 
 
 def startup(args, root: Path) -> tuple[str, list[list[object]]]:
@@ -98,13 +113,20 @@ def startup(args, root: Path) -> tuple[str, list[list[object]]]:
     init_store(uri)
     env = base_env(root, uri)
     lone: list[tuple[float, float]] = []
+    pair: list[tuple[float, float]] = []
     nodes: dict[int, list[tuple[float, float]]] = {0: [], 1: []}
+    late: list[tuple[float, float]] = []
     others: list[float] = []
-    for round_no, condition in rotated(["lone", "group"], args.repeats):
+    conditions = ["lone", "pair", "group", "late"]
+    for round_no, condition in rotated(conditions, args.repeats):
         with Disturbance() as dist:
             if condition == "lone":
                 argv = [radt_bin(), "-l", "none", "--", python_bin(), "-c", LINE]
                 lone.append(first_line_s(argv, env, root))
+            elif condition == "pair":
+                pair.extend(group_start(root, env, None))
+            elif condition == "late":
+                late.append(group_start(root, env, f"late{round_no}", LATE_S)[1])
             else:
                 for rank, timing in enumerate(group_start(root, env, f"g{round_no}")):
                     nodes[rank].append(timing)
@@ -112,17 +134,24 @@ def startup(args, root: Path) -> tuple[str, list[list[object]]]:
         others.append(dist.other_cores())
         print(f"round {round_no + 1}/{args.repeats} {condition} done", file=sys.stderr)
     base = median([t[0] for t in lone])
-    rows = [["lone run", f"{base:.2f}", spread([t[0] for t in lone], ".2f"), "1.00"]]
-    rows[0].append(f"{median([t[1] for t in lone]):.2f}")
-    for rank, label in ((0, "node rank 0 (creates the job run)"), (1, "node rank 1 (joins it)")):
-        firsts = [t[0] for t in nodes[rank]]
+    base_pair = median([t[0] for t in pair])
+    rows = []
+    for label, timings in (
+        ("lone run", lone),
+        ("two lone runs started at once (each)", pair),
+        ("node rank 0 (creates the job run)", nodes[0]),
+        ("node rank 1 (joins it)", nodes[1]),
+        (f"node rank 1, rank 0 started {LATE_S:g} s later", late),
+    ):
+        firsts = [t[0] for t in timings]
         rows.append(
             [
                 label,
                 f"{median(firsts):.2f}",
                 spread(firsts, ".2f"),
                 f"{median(firsts) / base:.2f}",
-                f"{median([t[1] for t in nodes[rank]]):.2f}",
+                f"{median(firsts) / base_pair:.2f}",
+                f"{median([t[1] for t in timings]):.2f}",
             ]
         )
     return f"{max(others):.2f}", rows
@@ -191,7 +220,9 @@ def main() -> int:
         rate_rows = rates(args, root)
     notes = (
         f"Start-up: median of {args.repeats} interleaved rounds, seconds from starting radT to "
-        "the command's first line; ratio = node / lone run; total = until radT exits. "
+        "the command's first line; to lone = over a lone run's; to a pair's = over one of two "
+        "lone runs started at once (the same two radT on this host's cores as a group's two "
+        "nodes, whose own hosts they would be on a cluster); total = until radT exits. "
         f"Priority: {priority.how}; other processes used up to {others} cores meanwhile."
     )
     print()
@@ -199,7 +230,7 @@ def main() -> int:
         results(
             "Joining a group",
             notes,
-            ["condition", "first line s", "min–max", "ratio to lone", "total s"],
+            ["condition", "first line s", "min–max", "to lone", "to a pair's", "total s"],
             start_rows,
         )
     )

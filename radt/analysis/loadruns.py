@@ -181,8 +181,8 @@ def with_nodes(client, runs: Sequence) -> list:
     """``runs`` and, after each job run of a distributed training among them, its node runs
     (the runs that name it their parent, by node rank), each once: a job run holds only its
     figures, its nodes the samples. A node run brings no other node (its job is its workload,
-    added by :func:`select_runs`). The one expansion of a job that ``radt.load``, ``radt export`` and
-    the UI share."""
+    added by :func:`select_runs`). The one expansion of a job that ``radt.load``, ``radt
+    export`` and the UI share."""
     found = list(runs)
     have = {r.info.run_id for r in found}
     for job in [r for r in runs if r.data.tags.get(RADT_GROUP_ROLE) == JOB_ROLE]:

@@ -223,7 +223,11 @@ def _set_status(client: MlflowClient, state: RunState) -> None:
     tags = dict(state.tags)
     if state.note:
         tags[RADT_NOTE] = state.note
-    for key, value in tags.items():
-        client.set_tag(state.run_id, key, value)
+    if tags:  # one request (MLflow splits it past 100 tags), not one a tag
+        from mlflow.entities import RunTag
+
+        client.log_batch(
+            state.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()], synchronous=True
+        )
     end_ms = round((state.ended_s or state.started_s) * 1000)
     client.set_terminated(state.run_id, state.status, end_time=end_ms)

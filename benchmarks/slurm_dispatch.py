@@ -8,12 +8,13 @@ slurmctld, slurmd, ``--gpus`` fake GPUs as GRES) and measures two things.
 
 **Dispatch overhead** (``--repeats`` rounds, one after the other): ``sbatch --wrap
 "python -m radt -l top --interval 0.1 sleeper.py 2"`` from the moment sbatch is called
-to the timestamp of the run's first sample in MLflow, split into sbatch → job start
-(``scontrol``'s ``StartTime``, whole seconds), → run created and → first sample. Each
-round runs one job per store, interleaved: the SQLite store, and with ``--server`` an
-``mlflow server`` (SQLite behind it) through radT's light path (``radt.restclient``: the
-run made over REST, MLflow imported once the command runs) and through MLflow's client
-(``RADT_LIGHT=0``, radT before the light path), side by side.
+to the timestamp of the run's first sample (its full-rate samples, as ``radt.load`` reads
+them; MLflow's first point is a window's mean, stamped up to a window later), split into
+sbatch → job start (``scontrol``'s ``StartTime``, whole seconds), → run created and → first
+sample. Each round runs one job per store, interleaved: the SQLite store, and with
+``--server`` an ``mlflow server`` (SQLite behind it) through radT's light path
+(``radt.restclient``: the run made over REST, MLflow imported once the command runs) and
+through MLflow's client (``RADT_LIGHT=0``, radT before the light path), side by side.
 
 **Makespan**: a plan of ``--workloads`` workloads (each ``sleeper.py --seconds S`` on
 ``Devices`` 0, so each job asks for ``gpu:1``) run with ``radt plan.csv --slurm``, from
@@ -47,14 +48,15 @@ COLUMNS = "Experiment, Workload, Status, Run, Devices, Collocation, File, Listen
 
 
 def first_sample_s(client, run_id: str) -> float | None:
-    """The time (s since the epoch) of the run's first metric point."""
-    run = client.get_run(run_id)
-    times = [
-        point.timestamp
-        for key in run.data.metrics
-        for point in client.get_metric_history(run_id, key)
-    ]
-    return min(times) / 1000 if times else None
+    """The time (s since the epoch) of the run's first sample, read from its full-rate samples
+    (``radt.load``). Not its first MLflow metric point: a point is a window's mean, stamped
+    with the window's latest sample, up to ``--window`` (1 s) after the first."""
+    from radt import load
+
+    frame = load(runs=[run_id], include_workload=False, tracking_uri=client.tracking_uri)
+    if frame.empty or frame.attrs["radt.source"].get(run_id) != "artifact":
+        return None
+    return frame["timestamp"].min().timestamp()
 
 
 def dispatch_round(folder: Path, env: dict[str, str], client) -> tuple[float, float, float]:

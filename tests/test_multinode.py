@@ -754,3 +754,34 @@ def test_the_last_node_repeats_the_wait_at_most_every_remind_s(store, caplog, mo
     left = [re.fullmatch(r"still waiting for node rank 1 \((\d) s left\)", x) for x in lines[1:]]
     assert all(left), lines
     assert [int(m[1]) for m in left] == sorted((int(m[1]) for m in left), reverse=True)
+
+
+def test_a_joining_node_links_to_the_job_run_made_after_it_began_looking(store):
+    """`group.Joining` against a real store: the job run appears only after the look began;
+    ``link`` gets its id once, and ``finish`` returns it."""
+    client, uri = store
+    experiment = client.create_experiment("join")
+    node = group.Group("g", "b", 1, 2)
+    linked: list[str] = []
+    joining = group.Joining(client, uri, experiment, node, wait_s=120)
+    joining.start(linked.append)
+    job = group.create_job_run(client, uri, experiment, group.Group("g", "a", 0, 2), {}, "g")
+    assert joining.finish() == job
+    assert linked == [job] and joining.error is None
+
+
+def test_a_joining_node_stopped_by_a_signal_gives_up_saying_so(store, monkeypatch):
+    """`finish(give_up=True)` ends the look after the look under way, not after
+    RADT_GROUP_WAIT_S, without a job run, and the reason says radT was stopped."""
+    monkeypatch.setattr(group, "GIVE_UP_S", 600.0)  # however slow this machine's one look
+    client, uri = store
+    experiment = client.create_experiment("alone")
+    joining = group.Joining(client, uri, experiment, group.Group("g", "b", 1, 2), wait_s=3600)
+    linked: list[str] = []
+    joining.start(linked.append)
+    assert joining.finish(give_up=True) is None
+    assert linked == []
+    assert str(joining.error) == (
+        "node b (rank 1) stopped looking for the job run of group g when radT was stopped, "
+        "and had found none"
+    )

@@ -247,8 +247,7 @@ def find_job_run(
     """The job run this node joins: the newest RUNNING one of the group with no node of this
     rank; waits up to ``wait_s`` (``RADT_GROUP_WAIT_S``) for it, then raises RadtError.
 
-    ``stop``, once set, ends the wait after the look under way (RadtError, as at the end of
-    ``wait_s``)."""
+    ``stop``, once set, ends the wait after the look under way (RadtError saying so)."""
     if wait_s is None:
         wait_s = group_wait_s()
     stop = stop or threading.Event()
@@ -268,7 +267,12 @@ def find_job_run(
                     return run.info.run_id
         except Exception as exc:
             raise store_error(uri, exc, "look for the job run") from exc
-        if time.monotonic() >= deadline or stop.is_set():
+        if stop.is_set():
+            raise RadtError(
+                f"node {group.node} (rank {group.node_rank}) stopped looking for the job run of "
+                f"group {group.name} when radT was stopped, and had found none"
+            )
+        if time.monotonic() >= deadline:
             raise RadtError(
                 f"node {group.node} (rank {group.node_rank}) found no running job run of group "
                 f"{group.name} within {wait_s:g} s; start the node of rank 0 too, with the same "

@@ -19,7 +19,7 @@ from radt.launch import environment
 from radt.listener import Listener, PolledListener, RunContext, WrappingListener
 from radt.record.decimate import Decimator
 from radt.record.events import EventReceiver
-from radt.record.finalize import finish, save_state
+from radt.record.finalize import finish, log_tags, save_state
 from radt.record.phases import PhaseWriter
 from radt.record.recorder import Recorder
 from radt.record.runfolder import RunFolder, RunState, check_runs_root, runs_root
@@ -342,16 +342,12 @@ class RecordedRun:
 
     def _capture(self) -> None:
         import_mlflow()
-        from mlflow.entities import RunTag
-
         try:
             tags = environment.capture(self.folder.attachments)
         except Exception as exc:
             self.warn(f"could not capture the environment: {exc}")
             return
         try:
-            self.client.log_batch(
-                self.run_id, tags=[RunTag(k, v) for k, v in tags.items()], synchronous=True
-            )
+            log_tags(self.client, self.run_id, tags)
         except Exception:
             self.state.tags.update(tags)

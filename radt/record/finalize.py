@@ -219,15 +219,18 @@ def _upload_attachments(
     client.set_tag(state.run_id, RADT_PHASE_ROWS, str(rows))
 
 
+def log_tags(client: MlflowClient, run_id: str, tags: dict[str, str]) -> None:
+    """Set ``tags`` on the run in one request (MLflow splits it past 100 tags), not one a tag."""
+    from mlflow.entities import RunTag
+
+    client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()], synchronous=True)
+
+
 def _set_status(client: MlflowClient, state: RunState) -> None:
     tags = dict(state.tags)
     if state.note:
         tags[RADT_NOTE] = state.note
-    if tags:  # one request (MLflow splits it past 100 tags), not one a tag
-        from mlflow.entities import RunTag
-
-        client.log_batch(
-            state.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()], synchronous=True
-        )
+    if tags:
+        log_tags(client, state.run_id, tags)
     end_ms = round((state.ended_s or state.started_s) * 1000)
     client.set_terminated(state.run_id, state.status, end_time=end_ms)

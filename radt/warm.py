@@ -3,22 +3,22 @@
 ``radt COMMAND`` first asks the user's warm launcher, a process that has already imported radT,
 MLflow and the store's modules (several seconds of CPU on a small machine), to run it. The warm
 launcher forks; the fork takes the caller's working folder, environment, umask, niceness,
-resource limits and standard streams, and runs ``radt COMMAND`` exactly as the caller would
-have (the same code: run created before the command starts, the spool, the end of the run),
-while the caller waits, forwards its signals and exits with the run's exit code.
+resource limits, CPUs (``taskset``), I/O priority (``ionice``) and standard streams, and runs
+``radt COMMAND`` exactly as the caller would have (the same code: run created before the command
+starts, the spool, the end of the run), while the caller waits, forwards its signals and exits
+with the run's exit code.
 
 It is never needed: when none answers, or it cannot take the caller's place (another cgroup or
-namespace, a resource limit above its own), the caller runs the command itself, and where none
-answers starts one in the background for the next run. It ends when idle (``RADT_WARM_IDLE_S``,
-default 600 s); ``RADT_WARM=0`` turns it off. Its socket is in a folder only its user may enter
-(``$XDG_RUNTIME_DIR/radt``, else ``/tmp/radt-UID``), and it serves only callers of its own user
-id. Its name carries a fingerprint of this Python, the variables that decide what it imports
-(``PYTHONPATH`` …) and radT's code, so an upgraded or edited radT gets a new one. Not used inside
-a Slurm job (the fork would live in the warm launcher's cgroup, outside the job's). Plans and
-studies go through it as runs do (a study's ``--slurm`` submitter included: its jobs run radT on
-the nodes, cold), and so do ``radt runs``, ``radt export``, ``radt report``, ``radt sync`` and
-``radt doctor``.
-"""
+namespace, a resource limit above its own, another NUMA memory policy), the caller runs the
+command itself, and where none answers starts one in the background for the next run. It ends
+when idle (``RADT_WARM_IDLE_S``, default 600 s); ``RADT_WARM=0`` turns it off. Its socket is in
+a folder only its user may enter (``$XDG_RUNTIME_DIR/radt``, else ``/tmp/radt-UID``), and it
+serves only callers of its own user id. Its name carries a fingerprint of this Python, the
+variables that decide what it imports (``PYTHONPATH`` …) and radT's code, so an upgraded or
+edited radT gets a new one. Not used inside a Slurm job (the fork would live in the warm
+launcher's cgroup, outside the job's). Plans and studies go through it as runs do (a study's
+``--slurm`` submitter included: its jobs run radT on the nodes, cold), and so do ``radt runs``,
+``radt export``, ``radt report``, ``radt sync`` and ``radt doctor``."""
 
 from __future__ import annotations
 
@@ -75,6 +75,9 @@ IDLE_ENV = "RADT_WARM_IDLE_S"
 IDLE_S = 600.0
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 """The signals a caller passes on to its run, as if it had received them itself."""
+SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
+"""Python's flag that keeps the working folder off ``sys.path`` (3.11+; before it the warm
+launcher starts in ``/``)."""
 HEADER = struct.Struct("!I")
 MAX_REQUEST = 16 * 2**20
 PRELOAD = (
@@ -97,6 +100,7 @@ PRELOAD = (
     "radt.analysis.summary",
     "radt.record.compact",
     "radt.record.sync",
+    "psutil",
     "mlflow.tracking",
     "mlflow.store.tracking.sqlalchemy_store",
     "mlflow.store.tracking.rest_store",
@@ -331,8 +335,9 @@ class _Lines:
 def start(path: Path) -> None:
     """Start a warm launcher at ``path`` in the background (it ends itself when idle)."""
     with contextlib.suppress(OSError):
-        subprocess.Popen(
-            [sys.executable, "-m", "radt.warm", str(path)],
+        subprocess.Popen(  # imports nothing from the caller's folder, as the `radt` command
+            [sys.executable, *SAFE_PATH, "-m", "radt.warm", str(path)],
+            cwd="/",  # nor holds it: the folder may be unmounted while this serves
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -412,6 +417,7 @@ def _serve_one(
         if _place(peer) != _place(os.getpid()):
             raise PermissionError("a caller in another cgroup or namespace")
         request, fds = _receive(conn)
+        request["placement"] = placement(peer)
         conn.settimeout(None)
     except (OSError, ValueError, KeyError) as exc:
         log.debug("warm launcher: refused a caller (%s)", exc)
@@ -461,8 +467,9 @@ def _attend(
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         _take_limits(request.get("rlimits", {}))
+        _take_placement(request["placement"])
     except (OSError, ValueError, TypeError) as exc:
-        log.debug("warm launcher: cannot take the caller's limits (%s)", exc)
+        log.debug("warm launcher: cannot take the caller's limits or placement (%s)", exc)
         with contextlib.suppress(OSError):
             conn.sendall(b"refused\n")  # the caller runs its command itself
         return 0
@@ -499,6 +506,57 @@ def _take_limits(rlimits: dict) -> None:
         which = getattr(resource, name)
         if resource.getrlimit(which) != (soft, hard):
             resource.setrlimit(which, (soft, hard))
+
+
+def placement(pid: int) -> dict:
+    """Where process ``pid`` runs, beyond its cgroup: its CPUs (``taskset``), its I/O priority
+    (``ionice``, as class and level) and its NUMA memory policy (``numactl``: the policy of its
+    first mapping in ``/proc/PID/numa_maps``), each None where unreadable. A fork inherits
+    the warm launcher's, which are those of whichever caller started it."""
+    import psutil
+
+    found: dict = {"cpus": None, "ionice": None, "memory_policy": memory_policy(pid)}
+    with contextlib.suppress(OSError):
+        found["cpus"] = sorted(os.sched_getaffinity(pid))
+    with contextlib.suppress(psutil.Error, OSError, AttributeError):
+        ioclass, level = psutil.Process(pid).ionice()
+        found["ionice"] = [int(ioclass), int(level)]
+    return found
+
+
+def memory_policy(pid: int) -> str | None:
+    """The NUMA memory policy process ``pid`` runs under (``default``, ``bind:0`` …), or None
+    where the kernel keeps none (no NUMA) or it is unreadable."""
+    try:
+        with open(f"/proc/{pid}/numa_maps") as maps:
+            fields = maps.readline().split()
+    except OSError:
+        return None
+    return fields[1] if len(fields) > 1 else None
+
+
+def _take_placement(theirs: dict) -> None:
+    """Run this fork on the caller's CPUs with its I/O priority; ValueError where the caller's
+    cannot be read or its memory policy differs (the fork cannot take that one on), OSError or
+    psutil's error where the system refuses (the caller then runs its command itself)."""
+    import psutil
+
+    if theirs["memory_policy"] != memory_policy(os.getpid()):
+        raise ValueError(f"the caller's memory policy is {theirs['memory_policy']}")
+    if theirs["cpus"] is None or theirs["ionice"] is None:
+        raise ValueError("the caller's CPUs or I/O priority cannot be read")
+    if set(theirs["cpus"]) != os.sched_getaffinity(0):
+        os.sched_setaffinity(0, theirs["cpus"])
+    ioclass, level = theirs["ionice"]
+    me = psutil.Process()
+    if [int(c) for c in me.ionice()] != [ioclass, level]:
+        try:
+            if ioclass in (psutil.IOPRIO_CLASS_NONE, psutil.IOPRIO_CLASS_IDLE):
+                me.ionice(ioclass)
+            else:
+                me.ionice(ioclass, level)
+        except psutil.Error as exc:
+            raise OSError(f"cannot take the caller's I/O priority ({exc})") from exc
 
 
 def _output(fd: int, unbuffered: bool, line_buffering: bool, errors: str) -> io.TextIOWrapper:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import default_signals
 
 from radt import warm
 
@@ -239,6 +240,96 @@ def test_a_fork_takes_the_callers_limits_or_refuses():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.splitlines() == ["(64, 128)", "refused"], done.stderr
+
+
+PLACED = """
+import os, psutil
+me = psutil.Process()
+print("cpus", ",".join(map(str, sorted(os.sched_getaffinity(0)))), flush=True)
+print("io", int(me.ionice()[0]), int(me.ionice()[1]), flush=True)
+print("ancestor", me.parent().parent().ppid(), flush=True)
+"""
+
+
+def placed(cpus: set[int], io: tuple[int, int] | None):
+    """A child's ``preexec_fn``: run on ``cpus`` with I/O priority ``io`` (class, level), as
+    ``taskset`` and ``ionice`` would start it."""
+    import psutil
+
+    def place() -> None:
+        default_signals()
+        os.sched_setaffinity(0, cpus)
+        if io is not None:
+            psutil.Process().ionice(*io)
+
+    return place
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin apart")
+def test_a_run_takes_the_callers_cpus_and_io_priority_not_the_warm_launchers(workspace, tmp_path):
+    import psutil
+
+    ws = workspace
+    ws.script("placed.py", PLACED)
+    env = warm_env(ws, tmp_path)
+    mine = os.sched_getaffinity(0)
+    first, second = sorted(mine)[:2]
+
+    def radt(name: str, place) -> dict[str, str]:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "radt"), "-l", "none", "-n", name, "--",
+             sys.executable, "placed.py"],
+            cwd=ws.root, env=env, capture_output=True, text=True, timeout=120, preexec_fn=place,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+    with ended(env):
+        # the warm launcher is started by a caller on one CPU at idle I/O priority: it keeps both
+        radt("pinned", placed({first}, (psutil.IOPRIO_CLASS_IDLE, 0)))
+        _, server = server_of(env)
+        assert os.sched_getaffinity(server) == {first}
+        unpinned = radt("unpinned", placed(mine, (psutil.IOPRIO_CLASS_BE, 4)))
+        other = radt("other", placed({second}, (psutil.IOPRIO_CLASS_BE, 6)))
+    assert unpinned["ancestor"] == other["ancestor"] == str(server)  # both served warm
+    assert unpinned["cpus"] == ",".join(map(str, sorted(mine)))
+    assert unpinned["io"] == f"{int(psutil.IOPRIO_CLASS_BE)} 4"
+    assert other["cpus"] == str(second)
+    assert other["io"] == f"{int(psutil.IOPRIO_CLASS_BE)} 6"
+
+
+def test_a_caller_under_another_numa_memory_policy_runs_its_command_itself():
+    here = warm.placement(os.getpid())
+    assert here["cpus"] == sorted(os.sched_getaffinity(0)) and here["ionice"] is not None
+    assert warm.placement(2**22 + 17) == {"cpus": None, "ionice": None, "memory_policy": None}
+    with pytest.raises(ValueError, match="memory policy is bind:0"):
+        warm._take_placement({**here, "memory_policy": "bind:0"})
+    with pytest.raises(ValueError, match="cannot be read"):
+        warm._take_placement({**here, "cpus": None})
+    warm._take_placement(here)  # its own placement: nothing to change
+
+
+def test_the_warm_launcher_imports_nothing_from_the_folder_it_was_started_in(workspace, tmp_path):
+    ws = workspace
+    env = warm_env(ws, tmp_path)
+    project = tmp_path / "project"  # a module there named as one the warm launcher imports
+    project.mkdir()
+    (project / "psutil.py").write_text("raise ImportError('the caller folder psutil')\n")
+    radt = str(Path(sys.executable).parent / "radt")
+    with ended(env):
+        made = subprocess.run(
+            [radt, "-l", "none", "-n", "from-project", "--", "python", "-c", "pass"],
+            cwd=project, env=env, capture_output=True, text=True, timeout=120,
+            preexec_fn=default_signals,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        _, server = server_of(env)
+        assert os.readlink(f"/proc/{server}/cwd") == "/"  # it holds no caller's folder
+        ws.script("cmd.py", COMMAND)
+        done = ws.run(["-l", "none", "-n", "served", "--", "python", "cmd.py", "0"], env=env)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["ancestor"] == str(server)
 
 
 def test_its_folder_must_be_private(monkeypatch, tmp_path):

@@ -21,7 +21,11 @@ through MLflow's client (``RADT_LIGHT=0``, radT before the light path), side by 
 invoking radT to its exit, against ``N/K ×`` the workload's own time: the same
 workload run locally by ``radt one.csv`` (its mean over ``--repeats`` rounds), K being
 ``--gpus``, for each store as the dispatch. The machine's CPUs also bound how many jobs run at
-once (one CPU a job).
+once (one CPU a job). Beside them, **bare Slurm**: the same N commands without radT, one
+``sbatch --array`` of ``python sleeper.py`` with ``gpu:1`` a task, from sbatch until squeue
+no longer lists the array (looked at every 0.1 s), against N/K × the bare command's own time.
+Its ratio is what Slurm alone costs a study of such workloads; radT's makespan over bare
+Slurm's is what radT adds to it.
 """
 
 from __future__ import annotations
@@ -139,7 +143,14 @@ def main() -> int:
             )
             for name, (client, extra) in stores.items()
         }
+        bare_own, bare_span = bare_makespan(folder, env, args)
     rows = dispatch_rows(dispatched)
+    bare_ideal = args.workloads / args.gpus * median(bare_own)
+    rows += [
+        ["bare command's own time (s)", f"{median(bare_own):.1f}", spread(bare_own, ".1f")],
+        ["bare Slurm: makespan (s)", f"{bare_span:.1f}", "–"],
+        ["bare Slurm: makespan / (N/K × bare own)", f"{bare_span / bare_ideal:.2f}", "–"],
+    ]
     for store, (own, span) in spans.items():
         ideal = args.workloads / args.gpus * median(own)
         rows += [
@@ -155,12 +166,14 @@ def main() -> int:
             ],
             [f"{store}: makespan with --slurm (s)", f"{span:.1f}", "–"],
             [f"{store}: makespan / (N/K × own)", f"{span / ideal:.2f}", "–"],
+            [f"{store}: makespan / bare Slurm's", f"{span / bare_span:.2f}", "–"],
         ]
     notes = (
         f"{dispatch_notes(args)} Makespan, per store: N={args.workloads} workloads of "
         f"`sleep {args.seconds:g}` on K={args.gpus} fake GPUs, `radt plan.csv --slurm` from "
         "start to exit, against N/K × the same workload's own time under `radt one.csv` "
-        f"(median of {args.repeats})."
+        f"(median of {args.repeats}); bare Slurm: the same commands without radT, one "
+        "`sbatch --array`, from sbatch until squeue no longer lists it."
     )
     print(results("Slurm dispatch and makespan", notes, ["figure", "median", "range"], rows))
     return 0
@@ -177,6 +190,36 @@ def makespan(folder: Path, env: dict[str, str], args) -> tuple[list[float], floa
     plan = COLUMNS + "".join(row.format(i=i) for i in range(args.workloads))
     (folder / "plan.csv").write_text(plan)
     return own, wall_s([*radt, "plan.csv", "--slurm"], folder, env)
+
+
+def bare_makespan(folder: Path, env: dict[str, str], args) -> tuple[list[float], float]:
+    """(the bare command's own times, the makespan of the same N commands as one sbatch
+    array without radT, ``gpu:1`` a task, from sbatch until squeue no longer lists it)."""
+    command = [python_bin(), "sleeper.py", "--seconds", f"{args.seconds:g}"]
+    own = [wall_s(command, folder, env) for _ in range(args.repeats)]
+    started = time.monotonic()
+    array = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--array=0-{args.workloads - 1}",
+            "--gres=gpu:1",
+            "-o",
+            "bare-%A_%a.out",
+            "--wrap",
+            " ".join(command),
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    while subprocess.run(
+        ["squeue", "-h", "-j", array], env=env, capture_output=True, text=True
+    ).stdout.strip():
+        time.sleep(0.1)
+    return own, time.monotonic() - started
 
 
 def dispatch_notes(args) -> str:

@@ -9,11 +9,13 @@ Start-up: each round starts, interleaved (the order rotated every round), a lone
 group of two nodes of the same command started at once (``--group``, ``RADT_NODE_RANK`` 0 and 1,
 ``RADT_NODES=2``): rank 0 creates the job run and its node run, rank 1 creates its node run,
 starts its command and finds the job run beside it; and such a group whose rank 0 starts
-``LATE_S`` after rank 1 (timed from rank 1's own start). The figure is the time from starting radT
-to the command's first line, median over the rounds, and its ratio to the lone run's and to
-one of the pair's (what joining a group adds before training starts, apart from two radT
-sharing this host's cores, which a cluster's nodes do not); "total" is until radT exits (the
-node that ends last also ends the job run and stores its figures).
+``LATE_S`` after rank 1 (timed from rank 1's own start); and, as on two hosts, a lone run on one
+CPU and a group whose nodes each have a CPU of their own (``sched_setaffinity``, as ``taskset``
+starts them; the warm launcher's run takes its caller's CPUs). The figure is the time from
+starting radT to the command's first line, median over the rounds, and its ratio to the lone
+run's and to one of the pair's (what joining a group adds before training starts, apart from two
+radT sharing this host's cores, which a cluster's nodes do not); "total" is until radT exits
+(the node that ends last also ends the job run and stores its figures).
 
 Rates: one job of ``examples/ddp_train.py`` on two local nodes (``torchrun --nnodes 2
 --nproc-per-node 1``, gloo on 127.0.0.1), each under its own radT. Each rank prints its own
@@ -24,6 +26,7 @@ its length, docs/analysis.md "Distributed jobs") must be within 2 % of it.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -56,13 +59,29 @@ TRAIN = Path(__file__).resolve().parents[1] / "examples" / "ddp_train.py"
 RATE = re.compile(r"rank (\d+) examples (\d+) rate ([0-9.]+)/s")
 
 
-def first_line_s(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
-    """Start ``argv``; (seconds to its ``first`` line, seconds until it exits)."""
+def first_line_s(
+    argv: list[str], env: dict[str, str], cwd: Path, cpus: set[int] | None = None
+) -> tuple[float, float]:
+    """Start ``argv`` (on ``cpus`` when given); (seconds to its ``first`` line, seconds until
+    it exits)."""
     began = time.perf_counter()
     proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=pinned(cpus),
     )
     return _timed(proc, began)
+
+
+def pinned(cpus: set[int] | None):
+    """A ``preexec_fn`` that runs the child on ``cpus`` (None: wherever this process runs)."""
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
 
 
 def _timed(proc: subprocess.Popen, began: float) -> tuple[float, float]:
@@ -78,11 +97,15 @@ def _timed(proc: subprocess.Popen, began: float) -> tuple[float, float]:
 
 
 def group_start(
-    root: Path, env: dict[str, str], name: str | None, late_s: float = 0.0
+    root: Path,
+    env: dict[str, str],
+    name: str | None,
+    late_s: float = 0.0,
+    cpus: tuple[set[int], set[int]] | None = None,
 ) -> list[tuple[float, float]]:
     """Two nodes of group ``name`` started at once, or rank 0 ``late_s`` after rank 1 (without
-    a name: two lone runs started at once): (first line s, total s) of rank 0 and of rank 1,
-    each from its own start."""
+    a name: two lone runs started at once), rank r on ``cpus[r]`` when given: (first line s,
+    total s) of rank 0 and of rank 1, each from its own start."""
     group = ["--group", name] if name else []
     argv = [radt_bin(), "-l", "none", *group, "--", python_bin(), "-c", LINE]
     timed = {}
@@ -102,6 +125,7 @@ def group_start(
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 text=True,
+                preexec_fn=pinned(cpus[rank] if cpus else None),
             )
             timed[rank] = pool.submit(_timed, proc, began)
         return [timed[rank].result() for rank in (0, 1)]
@@ -116,8 +140,14 @@ def startup(args, root: Path) -> tuple[str, list[list[object]]]:
     pair: list[tuple[float, float]] = []
     nodes: dict[int, list[tuple[float, float]]] = {0: [], 1: []}
     late: list[tuple[float, float]] = []
+    lone_apart: list[tuple[float, float]] = []
+    apart: dict[int, list[tuple[float, float]]] = {0: [], 1: []}
     others: list[float] = []
     conditions = ["lone", "pair", "group", "late"]
+    mine = sorted(os.sched_getaffinity(0))
+    cpus = ({mine[0]}, {mine[1]}) if len(mine) > 1 else None
+    if cpus:
+        conditions += ["lone apart", "group apart"]
     for round_no, condition in rotated(conditions, args.repeats):
         with Disturbance() as dist:
             if condition == "lone":
@@ -127,6 +157,13 @@ def startup(args, root: Path) -> tuple[str, list[list[object]]]:
                 pair.extend(group_start(root, env, None))
             elif condition == "late":
                 late.append(group_start(root, env, f"late{round_no}", LATE_S)[1])
+            elif condition == "lone apart":
+                argv = [radt_bin(), "-l", "none", "--", python_bin(), "-c", LINE]
+                lone_apart.append(first_line_s(argv, env, root, cpus[1]))
+            elif condition == "group apart":
+                started = group_start(root, env, f"a{round_no}", cpus=cpus)
+                for rank, timing in enumerate(started):
+                    apart[rank].append(timing)
             else:
                 for rank, timing in enumerate(group_start(root, env, f"g{round_no}")):
                     nodes[rank].append(timing)
@@ -136,20 +173,28 @@ def startup(args, root: Path) -> tuple[str, list[list[object]]]:
     base = median([t[0] for t in lone])
     base_pair = median([t[0] for t in pair])
     rows = []
-    for label, timings in (
-        ("lone run", lone),
-        ("two lone runs started at once (each)", pair),
-        ("node rank 0 (creates the job run)", nodes[0]),
-        ("node rank 1 (joins it)", nodes[1]),
-        (f"node rank 1, rank 0 started {LATE_S:g} s later", late),
-    ):
+    shown = [
+        ("lone run", lone, base),
+        ("two lone runs started at once (each)", pair, base),
+        ("node rank 0 (creates the job run)", nodes[0], base),
+        ("node rank 1 (joins it)", nodes[1], base),
+        (f"node rank 1, rank 0 started {LATE_S:g} s later", late, base),
+    ]
+    if cpus:
+        base_apart = median([t[0] for t in lone_apart])
+        shown += [
+            ("lone run on one CPU", lone_apart, base_apart),
+            ("node rank 0, a CPU of its own", apart[0], base_apart),
+            ("node rank 1, a CPU of its own (to the lone run on one CPU)", apart[1], base_apart),
+        ]
+    for label, timings, to in shown:
         firsts = [t[0] for t in timings]
         rows.append(
             [
                 label,
                 f"{median(firsts):.2f}",
                 spread(firsts, ".2f"),
-                f"{median(firsts) / base:.2f}",
+                f"{median(firsts) / to:.2f}",
                 f"{median(firsts) / base_pair:.2f}",
                 f"{median([t[1] for t in timings]):.2f}",
             ]

@@ -506,6 +506,7 @@ def run_launcher(argv: list[str]) -> int:
             )
         from pathlib import Path
 
+        from radt.console import leave
         from radt.plans.runner import PlanOptions, run_plan
         from radt.plans.workdir import check_mode
 
@@ -534,23 +535,25 @@ def run_launcher(argv: list[str]) -> int:
         if args.slurm_task:
             from radt.slurm.node import run_task
 
-            return run_task(Path(args.slurm_task), options)
+            return leave(run_task(Path(args.slurm_task), options))
         if args.slurm_close:
             from radt.plans.studyrun import close_plan
 
-            return close_plan(Path(command[0]), Path(args.slurm_close), options, study=study)
+            return leave(close_plan(Path(command[0]), Path(args.slurm_close), options, study=study))
         if study:
             from radt.plans.studyrun import StudyOptions, run_study
 
-            return run_study(
-                StudyOptions(
-                    Path(command[0]),
-                    options,
-                    plan_path=Path(args.plan) if args.plan else None,
-                    dry_run=args.dry_run,
+            return leave(
+                run_study(
+                    StudyOptions(
+                        Path(command[0]),
+                        options,
+                        plan_path=Path(args.plan) if args.plan else None,
+                        dry_run=args.dry_run,
+                    )
                 )
             )
-        return run_plan(options)
+        return leave(run_plan(options))  # its runs are complete: no interpreter teardown
     options = LaunchOptions(
         command=command,
         experiment=args.experiment,

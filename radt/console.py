@@ -129,4 +129,4 @@ def leave(code: int) -> int:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os._exit(code)
+    os._exit(code if isinstance(code, int) else int(code is not None))  # as sys.exit(None)

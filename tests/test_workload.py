@@ -219,6 +219,7 @@ class NaiveResult:
     first: subprocess.CompletedProcess
     after_first: str
     runs_after_first: list
+    cached_after_first: list[str]
     second: subprocess.CompletedProcess
 
 
@@ -229,8 +230,25 @@ def naive(tmp_path_factory, template_db) -> NaiveResult:
     first = ws.run(["plan.csv"])
     after_first = plan.read_text()
     runs = all_runs(ws)
+    cache = ws.home / "cache"
+    cached = sorted(p.name for p in cache.iterdir()) if cache.is_dir() else []
     second = ws.run(["plan.csv"])
-    return NaiveResult(ws, plan, first, after_first, runs, second)
+    return NaiveResult(ws, plan, first, after_first, runs, cached, second)
+
+
+def test_a_workload_run_reads_its_runs_samples_where_they_were_compacted(naive):
+    """The workload run's figures need its runs' samples: it reads them from the runs' folders,
+    kept until it has closed, and downloads nothing of what they had just uploaded."""
+    assert naive.first.returncode == 0, naive.first.stderr
+    parents, children = parents_and_children(naive.runs_after_first)
+    figures = json.loads(parents["pair"].data.tags["radt.figures"])
+    kids = sorted(children[k].info.run_id for k in ("pair/A", "pair/B"))
+    assert figures["level"] == "provider"
+    assert figures["family"] == sorted([parents["pair"].info.run_id, *kids])
+    note = parents["pair"].data.tags.get("radt.window_note", "")
+    assert "samples were not available" not in note, note  # every run's samples were read
+    assert naive.cached_after_first == []  # nothing downloaded
+    assert not any((naive.ws.home / "runs").glob("*/run.json"))  # every folder removed
 
 
 @pytest.mark.slow

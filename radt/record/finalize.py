@@ -4,14 +4,18 @@ Each step is idempotent and is struck from the run's state once done, so a
 run interrupted anywhere (server down, radT killed) is finished later by
 running the remaining steps again. The figures of the ``summary`` step are
 the analysis's: its caller hands them in (:data:`Summarize`), so recording
-imports no analysis.
+imports no analysis. On a store across a network (a tracking server, a database server)
+the steps that do not need each other run at once (:data:`CHAINS`): each waits mostly for
+the store's answers; on a file store (SQLite) they run one after the other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -34,6 +38,11 @@ DOING = {
     "artifacts": "upload the output log, environment and phase intervals",
     "status": "set the final status",
 }
+CHAINS = (("metrics",), ("samples",), ("summary", "artifacts"))
+"""The steps before ``status`` as chains that may run at once, each in its order: the summary
+writes ``radt/summary.csv`` among the attachments; ``status`` comes after them all."""
+LOCAL_STORES = ("", "file", "sqlite")
+"""Stores whose steps run one after the other: in this process, on one file."""
 
 
 if TYPE_CHECKING:
@@ -90,14 +99,17 @@ def finish(
     state: RunState | None = None,
     *,
     summarize: Summarize,
+    keep: bool = False,
 ) -> bool:
     """Run the run's remaining steps; True when all are done and the folder removed.
 
     ``state`` is the run's state when the caller holds it (else read from the folder);
-    ``summarize`` computes the figures of the ``summary`` step.
-    A step that fails stops the sequence with one warning; the folder stays for
-    ``radt sync``. A step that fails for want of local disk space is left for
-    ``radt sync`` too, but the steps after it (the final status) still run.
+    ``summarize`` computes the figures of the ``summary`` step; ``keep``: a folder whose
+    steps are all done stays, for its caller to remove (a workload's run, whose samples its
+    workload run reads as it closes).
+    A step that fails stops its chain (:data:`CHAINS`) and the final status, with one
+    warning; the folder stays for ``radt sync``. A step that fails for want of local disk
+    space is left for ``radt sync`` too, but the steps after it (the final status) still run.
     """
     state = folder.load() if state is None else state
     samples = _Samples(folder, warn, reuse="samples" not in state.pending)
@@ -110,33 +122,73 @@ def finish(
         "artifacts": lambda: _upload_attachments(client, folder, state, warn),
         "status": lambda: _set_status(client, state),
     }
-    try:
-        for step in list(state.pending):
+    held = threading.Lock()  # the state, its file and the warnings, between the chains
+    failed: dict[str, Exception] = {}
+
+    def run(chain: list[str]) -> bool:
+        for step in chain:
             try:
-                steps[step]()
+                if step == "summary":  # it adds to the state's tags
+                    with held:
+                        steps[step]()
+                else:
+                    steps[step]()
             except Exception as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 if disk_full(exc) and step != "status":
-                    warn(
-                        f"could not {DOING[step]} of run {state.run_id}: no room on the local "
-                        f"disk ({first[:160]}); the run is completed without it, and "
-                        f"`radt sync` adds it once there is space (kept in {folder.path})"
-                    )
+                    with held:
+                        warn(
+                            f"could not {DOING[step]} of run {state.run_id}: no room on the "
+                            f"local disk ({_first_line(exc)[:160]}); the run is completed "
+                            f"without it, and `radt sync` adds it once there is space (kept in "
+                            f"{folder.path})"
+                        )
                     continue
-                warn(
-                    f"could not {DOING[step]} of run {state.run_id} ({first[:160]}); "
-                    f"everything is kept in {folder.path} — run `radt sync` when the tracking "
-                    "server is reachable"
-                )
+                with held:
+                    failed[step] = exc
                 return False
-            state.pending.remove(step)
-            save_state(folder, state, warn)
+            with held:
+                state.pending.remove(step)
+                save_state(folder, state, warn)
+        return True
+
+    try:
+        pending = [step for step in state.pending if step != "status"]
+        chains = [[s for s in chain if s in pending] for chain in CHAINS]
+        chains.append([s for s in pending if not any(s in chain for chain in CHAINS)])
+        chains = [chain for chain in chains if chain]
+        if _across_network(client) and len(chains) > 1:
+            with ThreadPoolExecutor(len(chains), thread_name_prefix="radt-finish") as pool:
+                done = all(list(pool.map(run, chains)))
+        else:
+            done = run(pending)
+        if done and "status" in state.pending:
+            run(["status"])
     finally:
         samples.cleanup()
+    if failed:
+        step = min(failed, key=list(DOING).index)
+        warn(
+            f"could not {DOING[step]} of run {state.run_id} ({_first_line(failed[step])[:160]}); "
+            f"everything is kept in {folder.path} — run `radt sync` when the tracking "
+            "server is reachable"
+        )
+        return False
     if state.pending:
         return False
-    folder.remove()
+    if not keep:
+        folder.remove()
     return True
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _across_network(client: MlflowClient) -> bool:
+    """Whether the client's store is reached over a network (its steps may run at once)."""
+    uri = str(getattr(client, "tracking_uri", "") or "")
+    return uri.split(":", 1)[0].split("+")[0] not in LOCAL_STORES if ":" in uri else False
 
 
 def save_state(folder: RunFolder, state: RunState, warn: Callable[[str], None]) -> bool:
@@ -165,9 +217,14 @@ class _Samples:
         """Whether a file compacted before (by an earlier, interrupted finish) may serve."""
         self._path: Path | None = None
         self._scratch: tempfile.TemporaryDirectory | None = None
+        self._making = threading.Lock()
 
     def path(self) -> Path:
-        """The compacted file, made on first use."""
+        """The compacted file, made on first use (by whichever step asks first)."""
+        with self._making:
+            return self._made()
+
+    def _made(self) -> Path:
         if self._path is not None:
             return self._path
         target = self.folder.path / "samples.parquet"

@@ -249,7 +249,7 @@ def _clients_of(client, record: Record) -> list[Record] | None:
     from radt.analysis.loadruns import search_all
     from radt.analysis.loadsamples import KeyFilter, cached_samples, file_pieces
     from radt.analysis.summary import SUMMARY_KEYS, Record, run_series
-    from radt.record.runfolder import radt_home, runs_root
+    from radt.record.runfolder import radt_home
 
     runs = search_all(
         client, [record.experiment_id], tag_filter(MLFLOW_PARENT_RUN_ID, record.run_id)
@@ -257,10 +257,7 @@ def _clients_of(client, record: Record) -> list[Record] | None:
     runs.sort(key=lambda r: (r.data.tags.get(RADT_LETTER) or "", r.info.start_time or 0))
     kids = []
     for run in runs:
-        path = cached_samples(client, run, radt_home() / "cache")
-        local = runs_root() / run.info.run_id / "samples.parquet"
-        if path is None and local.is_file():
-            path = Path(local)
+        path = compacted_here(run.info.run_id) or cached_samples(client, run, radt_home() / "cache")
         if path is None:
             return None
         kid = Record.of(run, run_kind(run.data.tags))
@@ -272,6 +269,16 @@ def _clients_of(client, record: Record) -> list[Record] | None:
             return None
         kids.append(kid)
     return kids
+
+
+def compacted_here(run_id: str) -> Path | None:
+    """The run's compacted samples in its run folder on this machine, if it is there: a run
+    of a workload closed by this radT keeps its folder until the workload run has closed, so
+    that the workload run reads them rather than download what was just uploaded."""
+    from radt.record.runfolder import runs_root
+
+    local = runs_root() / run_id / "samples.parquet"
+    return local if local.is_file() else None
 
 
 def summarize(
@@ -337,7 +344,7 @@ def _store_figures(
     from radt.analysis.stored import family_figures
 
     try:
-        values = family_figures(client, run, state.status, end_ms, tags, path)
+        values = family_figures(client, run, state.status, end_ms, tags, path, local=compacted_here)
     except Exception as exc:  # noqa: BLE001 - looks then compute them from the samples
         log.warning(
             "run %s: window figures not stored (%s: %s)", state.run_id, type(exc).__name__, exc

@@ -28,7 +28,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import cache
@@ -361,9 +361,11 @@ def prepare(
     start: TimeBound = None,
     end: TimeBound = None,
     cache_dir: Path | None = None,
+    local: Callable[[str], Path | None] | None = None,
 ) -> list[_Plan]:
     """What to read for each run: its time bounds and its cached samples artifact, if any
-    (downloaded on a pool of threads)."""
+    (downloaded on a pool of threads); ``local`` gives, by run id, a file of the same samples
+    already on this machine, read instead (a run radT has just closed)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from radt.record.runfolder import radt_home
@@ -375,11 +377,16 @@ def prepare(
     workers = max(1, min(MAX_THREADS, 4 * len(plans)))
     with ThreadPoolExecutor(workers, thread_name_prefix="radt-load") as pool:
         for plan, path in zip(
-            plans, pool.map(lambda p: cached_samples(client, p.run, cache), plans), strict=True
+            plans, pool.map(lambda p: _samples_of(client, p.run, cache, local), plans), strict=True
         ):
             plan.artifact = path
             plan.source = "artifact" if path is not None else "metrics"
     return plans
+
+
+def _samples_of(client, run, cache: Path, local: Callable[[str], Path | None] | None):
+    found = local(run.info.run_id) if local is not None else None
+    return found if found is not None else cached_samples(client, run, cache)
 
 
 def read_plans(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -159,12 +159,14 @@ def family_figures(
     tags: Mapping[str, str],
     samples_path: Path,
     cache_dir: Path | None = None,
+    local: Callable[[str], Path | None] | None = None,
 ) -> dict[str, str]:
     """The :data:`radt.tags.RADT_FIGURES` value of each run of the family that ``run`` completes.
 
     ``run`` is the MLflow run as it is while it completes (still RUNNING); ``status``,
     ``end_ms`` (MLflow's end time) and ``tags`` as they will be; ``samples_path`` its
-    compacted samples.
+    compacted samples; ``local`` its runs' compacted samples on this machine, by run id
+    (:func:`radt.analysis.loadsamples.prepare`).
     A lone run's family is itself; a workload's, itself and its runs (read from their
     samples artifacts). Empty when ``run`` is a run of a workload (the workload stores
     its runs' figures when it completes after them) or groups others.
@@ -195,7 +197,7 @@ def family_figures(
     children = {info.run_id: kids} if kids else {}
     plans = [
         _Plan(run, None, None, samples_path, "artifact"),
-        *prepare(client, kids, None, None, cache_dir),
+        *prepare(client, kids, None, None, cache_dir, local),
     ]
     extra = _compute(client, records, plans, children)
     attribute(records, [run, *kids], extra, children)

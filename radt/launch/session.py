@@ -277,11 +277,13 @@ class RecordedRun:
         exit_code: int | None,
         send_timeout_s: float = 30.0,
         ended_s: float | None = None,
+        keep_folder: bool = False,
     ) -> bool:
         """Stop recording and complete the run in MLflow; True when nothing is left to sync.
 
         ``ended_s`` is when the command ended, the run's end time in MLflow (default:
-        now); stopping listeners and collecting their reports comes after it.
+        now); stopping listeners and collecting their reports comes after it. With
+        ``keep_folder`` a complete run's folder stays, locked, until :meth:`remove_folder`.
         """
         self.keep_outcome(status, exit_code, ended_s)
         self.stop_sampling()
@@ -303,10 +305,19 @@ class RecordedRun:
         if unsent == 0 and "metrics" in state.pending:
             state.pending.remove("metrics")
         save_state(self.folder, state, self.warn)
+        complete = False
         try:
-            return finish(self.client, self.folder, self.warn, state, summarize=summarize)
+            complete = finish(
+                self.client, self.folder, self.warn, state, summarize=summarize, keep=keep_folder
+            )
+            return complete
         finally:
-            self.folder.unlock()  # what is left is `radt sync`'s now
+            if not (complete and keep_folder):
+                self.folder.unlock()  # what is left is `radt sync`'s now
+
+    def remove_folder(self) -> None:
+        """Remove the folder of a run closed with ``keep_folder`` (its record is complete)."""
+        self.folder.remove()
 
     def leave(self, end: Callable[[], None]) -> None:
         """Keep every sample and record radT has received in the run folder, then call

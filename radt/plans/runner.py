@@ -374,6 +374,8 @@ class WorkloadRunner:
         self.loader: SharedLoader | None = None
         self.loader_run: RecordedRun | None = None
         self.loader_env: dict[str, str] = {}
+        self._complete: list[RecordedRun] = []
+        """Runs closed with their folders kept until the workload run has closed."""
 
     def run(self) -> int:
         """Run the workload to its end; return its worst exit code."""
@@ -617,7 +619,11 @@ class WorkloadRunner:
             return outcome
         self.loader_run.state.tags.update(outcome.tags)
         ended_s = self.loader.child.ended_s if self.loader else None
-        self.loader_run.close(outcome.status, outcome.exit_code, ended_s=ended_s)
+        closed = self.loader_run.close(
+            outcome.status, outcome.exit_code, ended_s=ended_s, keep_folder=True
+        )
+        if closed:
+            self._complete.append(self.loader_run)
         results[row.line] = (outcome.status, self.loader_run.run_id)
         return outcome
 
@@ -640,7 +646,9 @@ class WorkloadRunner:
                 run = self.runs[index]
                 run.state.tags.update(outcome.tags)
                 child = self.children[index] if index < len(self.children) else None
-                run.close(outcome.status, outcome.exit_code, ended_s=child and child.ended_s)
+                ended_s = child and child.ended_s
+                if run.close(outcome.status, outcome.exit_code, ended_s=ended_s, keep_folder=True):
+                    self._complete.append(run)
                 results[row.line] = (outcome.status, run.run_id)
             else:
                 results[row.line] = (outcome.status, "")
@@ -666,7 +674,12 @@ class WorkloadRunner:
             signum = signal.SIGINT
         if signum is not None:
             self.parent.state.tags[RADT_SIGNAL] = signal.Signals(signum).name
-        self.parent.close(worst.status, worst.exit_code, ended_s=workload_ended_s)
+        try:
+            self.parent.close(worst.status, worst.exit_code, ended_s=workload_ended_s)
+        finally:
+            for run in self._complete:  # their samples, read by the workload run as it closed
+                run.remove_folder()
+            self._complete.clear()
         self._record(results)
         log.info(f"workload {self.workload.label}: {worst.status} (exit code {worst.exit_code})")
         self.interrupted = isinstance(failure, KeyboardInterrupt) or (

@@ -304,8 +304,10 @@ def test_a_caller_under_another_numa_memory_policy_runs_its_command_itself():
     assert warm.placement(2**22 + 17) == {"cpus": None, "ionice": None, "memory_policy": None}
     with pytest.raises(ValueError, match="memory policy is bind:0"):
         warm._take_placement({**here, "memory_policy": "bind:0"})
-    with pytest.raises(ValueError, match="cannot be read"):
+    with pytest.raises(ValueError, match="CPUs cannot be read"):
         warm._take_placement({**here, "cpus": None})
+    with pytest.raises(ValueError, match="I/O priority cannot be read"):  # readable here
+        warm._take_placement({**here, "ionice": None})
     warm._take_placement(here)  # its own placement: nothing to change
 
 

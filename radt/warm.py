@@ -541,26 +541,25 @@ def _take_placement(theirs: dict) -> None:
     psutil's error where the system refuses (the caller then runs its command itself)."""
     import psutil
 
-    if theirs["memory_policy"] != memory_policy(os.getpid()):
+    mine = placement(os.getpid())
+    if theirs["memory_policy"] != mine["memory_policy"]:
         raise ValueError(f"the caller's memory policy is {theirs['memory_policy']}")
     if theirs["cpus"] is None:
         raise ValueError("the caller's CPUs cannot be read")
-    if set(theirs["cpus"]) != os.sched_getaffinity(0):
+    if theirs["cpus"] != mine["cpus"]:
         os.sched_setaffinity(0, theirs["cpus"])
-    if theirs["ionice"] is None:  # unreadable here too (a sandbox without ioprio_get): alike
-        if placement(os.getpid())["ionice"] is not None:
-            raise ValueError("the caller's I/O priority cannot be read")
+    if theirs["ionice"] == mine["ionice"]:  # also both unreadable (no ioprio_get in a sandbox)
         return
+    if theirs["ionice"] is None:
+        raise ValueError("the caller's I/O priority cannot be read")
     ioclass, level = theirs["ionice"]
-    me = psutil.Process()
-    if [int(c) for c in me.ionice()] != [ioclass, level]:
-        try:
-            if ioclass in (psutil.IOPRIO_CLASS_NONE, psutil.IOPRIO_CLASS_IDLE):
-                me.ionice(ioclass)
-            else:
-                me.ionice(ioclass, level)
-        except psutil.Error as exc:
-            raise OSError(f"cannot take the caller's I/O priority ({exc})") from exc
+    try:
+        if ioclass in (psutil.IOPRIO_CLASS_NONE, psutil.IOPRIO_CLASS_IDLE):
+            psutil.Process().ionice(ioclass)
+        else:
+            psutil.Process().ionice(ioclass, level)
+    except psutil.Error as exc:
+        raise OSError(f"cannot take the caller's I/O priority ({exc})") from exc
 
 
 def _output(fd: int, unbuffered: bool, line_buffering: bool, errors: str) -> io.TextIOWrapper:

@@ -247,7 +247,7 @@ def _baselines(client, record: Record) -> list[Record]:
 def _clients_of(client, record: Record) -> list[Record] | None:
     """The workload's runs with their samples; None when one's samples cannot be read."""
     from radt.analysis.loadruns import search_all
-    from radt.analysis.loadsamples import KeyFilter, cached_samples, file_pieces
+    from radt.analysis.loadsamples import KeyFilter, file_pieces, samples_file
     from radt.analysis.summary import SUMMARY_KEYS, Record, run_series
     from radt.record.runfolder import radt_home
 
@@ -257,7 +257,7 @@ def _clients_of(client, record: Record) -> list[Record] | None:
     runs.sort(key=lambda r: (r.data.tags.get(RADT_LETTER) or "", r.info.start_time or 0))
     kids = []
     for run in runs:
-        path = compacted_here(run.info.run_id) or cached_samples(client, run, radt_home() / "cache")
+        path = samples_file(client, run, radt_home() / "cache", compacted_here)
         if path is None:
             return None
         kid = Record.of(run, run_kind(run.data.tags))

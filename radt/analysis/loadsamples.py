@@ -377,16 +377,20 @@ def prepare(
     workers = max(1, min(MAX_THREADS, 4 * len(plans)))
     with ThreadPoolExecutor(workers, thread_name_prefix="radt-load") as pool:
         for plan, path in zip(
-            plans, pool.map(lambda p: _samples_of(client, p.run, cache, local), plans), strict=True
+            plans, pool.map(lambda p: samples_file(client, p.run, cache, local), plans), strict=True
         ):
             plan.artifact = path
             plan.source = "artifact" if path is not None else "metrics"
     return plans
 
 
-def _samples_of(client, run, cache: Path, local: Callable[[str], Path | None] | None):
+def samples_file(
+    client, run, cache_dir: Path, local: Callable[[str], Path | None] | None = None
+) -> Path | None:
+    """The run's samples as a local file: ``local``'s (by run id) where it has one, else the
+    cached artifact (:func:`cached_samples`); None where neither is."""
     found = local(run.info.run_id) if local is not None else None
-    return found if found is not None else cached_samples(client, run, cache)
+    return found if found is not None else cached_samples(client, run, cache_dir)
 
 
 def read_plans(

@@ -535,25 +535,25 @@ def run_launcher(argv: list[str]) -> int:
         if args.slurm_task:
             from radt.slurm.node import run_task
 
-            return leave(run_task(Path(args.slurm_task), options))
-        if args.slurm_close:
+            code = run_task(Path(args.slurm_task), options)
+        elif args.slurm_close:
             from radt.plans.studyrun import close_plan
 
-            return leave(close_plan(Path(command[0]), Path(args.slurm_close), options, study=study))
-        if study:
+            code = close_plan(Path(command[0]), Path(args.slurm_close), options, study=study)
+        elif study:
             from radt.plans.studyrun import StudyOptions, run_study
 
-            return leave(
-                run_study(
-                    StudyOptions(
-                        Path(command[0]),
-                        options,
-                        plan_path=Path(args.plan) if args.plan else None,
-                        dry_run=args.dry_run,
-                    )
+            code = run_study(
+                StudyOptions(
+                    Path(command[0]),
+                    options,
+                    plan_path=Path(args.plan) if args.plan else None,
+                    dry_run=args.dry_run,
                 )
             )
-        return leave(run_plan(options))  # its runs are complete: no interpreter teardown
+        else:
+            code = run_plan(options)
+        return leave(code)  # its runs are complete: no interpreter teardown
     options = LaunchOptions(
         command=command,
         experiment=args.experiment,

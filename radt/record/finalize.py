@@ -187,8 +187,10 @@ def _first_line(exc: Exception) -> str:
 
 def _across_network(client: MlflowClient) -> bool:
     """Whether the client's store is reached over a network (its steps may run at once)."""
-    uri = str(getattr(client, "tracking_uri", "") or "")
-    return uri.split(":", 1)[0].split("+")[0] not in LOCAL_STORES if ":" in uri else False
+    from urllib.parse import urlsplit
+
+    scheme = urlsplit(str(getattr(client, "tracking_uri", "") or "")).scheme
+    return scheme.split("+")[0] not in LOCAL_STORES
 
 
 def save_state(folder: RunFolder, state: RunState, warn: Callable[[str], None]) -> bool:
